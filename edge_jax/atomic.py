@@ -1,0 +1,108 @@
+"""Atomic file writes: a reader sees the old file or the whole new one, never a part.
+
+Each writer fills a temporary file in the target's own directory (so the final
+rename never crosses a filesystem), flushes and fsyncs it, then `os.replace`s it
+onto the target and fsyncs the directory. If anything raises before the rename,
+the temporary file is removed and the target is left untouched.
+
+    write_text_atomic("results/x/table.md", text)
+    write_json_atomic("results/x/records/a__seed0.json", record)
+    save_figure_atomic(fig, "results/x/curves.png")
+"""
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import tempfile
+from pathlib import Path
+from typing import IO, Any, Iterator
+
+__all__ = [
+    "atomic_open",
+    "write_bytes_atomic",
+    "write_text_atomic",
+    "write_json_atomic",
+    "save_figure_atomic",
+]
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+def _fsync_dir(directory: Path) -> None:
+    """Make the rename itself durable; best effort (some filesystems refuse)."""
+    try:
+        fd = os.open(directory, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+@contextlib.contextmanager
+def atomic_open(path: str | os.PathLike, mode: str = "w",
+                encoding: str | None = "utf-8") -> Iterator[IO]:
+    """Open a temporary file that replaces `path` only if the block finishes.
+
+    `mode` is "w" (text) or "wb" (bytes). Parent directories are created.
+    """
+    if mode not in ("w", "wb"):
+        raise ValueError(f"atomic_open mode must be 'w' or 'wb', not {mode!r}")
+    target = Path(path)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp_name = tempfile.mkstemp(
+        dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
+    tmp = Path(tmp_name)
+    try:
+        kwargs = {"encoding": encoding} if mode == "w" else {}
+        with os.fdopen(fd, mode, **kwargs) as f:
+            yield f
+            f.flush()
+            os.fsync(f.fileno())
+        # mkstemp makes the file 0600; give it the permissions open() would.
+        os.chmod(tmp, 0o666 & ~_umask())
+        os.replace(tmp, target)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            tmp.unlink()
+        raise
+    _fsync_dir(target.parent)
+
+
+def write_bytes_atomic(path: str | os.PathLike, data: bytes) -> None:
+    with atomic_open(path, "wb") as f:
+        f.write(data)
+
+
+def write_text_atomic(path: str | os.PathLike, text: str) -> None:
+    with atomic_open(path, "w") as f:
+        f.write(text)
+
+
+def write_json_atomic(path: str | os.PathLike, obj: Any, *, indent: int | None = 2,
+                      default=str) -> None:
+    """Serialize first (so a serialization error touches no file), then write.
+
+    `default=str` turns anything json cannot encode (paths, dtypes, ...) into its
+    string form; pass `default=None` to make such values an error instead.
+    """
+    text = json.dumps(obj, indent=indent, default=default)
+    write_text_atomic(path, text + "\n")
+
+
+def save_figure_atomic(fig, path: str | os.PathLike, **savefig_kwargs) -> None:
+    """`fig.savefig` into a temporary file, then rename onto `path`.
+
+    The image format comes from the file suffix unless `format=` is given.
+    """
+    fmt = savefig_kwargs.pop("format", None) or Path(path).suffix.lstrip(".") or "png"
+    with atomic_open(path, "wb") as f:
+        fig.savefig(f, format=fmt, **savefig_kwargs)

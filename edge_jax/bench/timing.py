@@ -1,0 +1,24 @@
+"""Interleaved timing of several jitted callables, so they see the same machine state."""
+from __future__ import annotations
+
+import statistics
+import time
+
+import jax
+
+
+def time_interleaved(fns: dict, repeats: int, steps: int) -> dict:
+    """``fns``: name -> zero-arg callable running ``steps`` iterations and returning arrays to block on.
+
+    Each callable runs once to compile; then the rounds alternate between them. Returns the median
+    seconds per iteration for each.
+    """
+    for fn in fns.values():
+        jax.block_until_ready(fn())
+    samples = {name: [] for name in fns}
+    for _ in range(repeats):
+        for name, fn in fns.items():
+            t0 = time.perf_counter()
+            jax.block_until_ready(fn())
+            samples[name].append((time.perf_counter() - t0) / steps)
+    return {name: statistics.median(s) for name, s in samples.items()}

@@ -1,0 +1,99 @@
+"""``edge-jax`` command line: train | eval | grid | bench | params.
+
+Config options follow big_vision: ``--config configs/lm.py:size=tiny --config.train.steps=200``.
+Errors a user can fix are printed as one line (``edge-jax: error: ...``) with exit status 2.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+
+from edge_jax.config import ConfigError
+
+
+def _split_config_overrides(argv: list[str]) -> tuple[list[str], list[str]]:
+    rest, overrides = [], []
+    it = iter(argv)
+    for a in it:
+        if a.startswith("--config."):
+            key, eq, val = a[len("--config."):].partition("=")
+            if not eq:
+                val = next(it, None)
+                if val is None:
+                    raise ConfigError(f"--config.{key} needs a value, e.g. --config.{key}=VALUE")
+            overrides.append(f"{key}={val}")
+        else:
+            rest.append(a)
+    return rest, overrides
+
+
+def _cmd_train(args, overrides) -> int:
+    from edge_jax.config import load_config
+    from edge_jax.train.loop import train_and_evaluate
+    config = load_config(args.config, overrides)
+    result = train_and_evaluate(config, args.workdir)
+    print(" ".join(f"{k}={v:.5g}" if isinstance(v, float) else f"{k}={v}" for k, v in result.items()))
+    return 0
+
+
+def _cmd_eval(args, overrides) -> int:
+    from edge_jax.train.evaluate import evaluate_workdir
+    result = evaluate_workdir(args.workdir, num_batches=args.batches, split=args.split)
+    print(" ".join(f"{k}={v:.5g}" if isinstance(v, float) else f"{k}={v}" for k, v in result.items()))
+    return 0
+
+
+def _cmd_params(args, overrides) -> int:
+    from edge_jax.config import load_config
+    from edge_jax.models.count import report_params
+    print(report_params(load_config(args.config, overrides)))
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="edge-jax", description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    p = sub.add_parser("train", help="train a model (resumes from --workdir)")
+    p.add_argument("--config", required=True, help="path/to/config.py[:arg]")
+    p.add_argument("--workdir", required=True)
+    p.set_defaults(fn=_cmd_train)
+    p = sub.add_parser("eval", help="validation loss/perplexity of a trained workdir")
+    p.add_argument("--workdir", required=True)
+    p.add_argument("--batches", type=int, default=0, help="0 = the whole split")
+    p.add_argument("--split", default="validation")
+    p.set_defaults(fn=_cmd_eval)
+    p = sub.add_parser("params", help="parameter counts (built abstractly, no memory used)")
+    p.add_argument("--config", required=True)
+    p.set_defaults(fn=_cmd_params)
+    from edge_jax.grid import command as grid_command
+    p = sub.add_parser("grid", help="run an ablation grid and write its tables")
+    grid_command.add_arguments(p)
+    p.set_defaults(fn=lambda a, o: grid_command.run(a))
+    from edge_jax.bench import command as bench_command
+    p = sub.add_parser("bench", help="benchmarks that print ratios measured in one run")
+    bench_command.add_arguments(p)
+    p.set_defaults(fn=lambda a, o: bench_command.run(a, o))
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    parser = build_parser()
+    try:
+        rest, overrides = _split_config_overrides(argv)
+        args = parser.parse_args(rest)
+        return args.fn(args, overrides) or 0
+    except (ConfigError, FileNotFoundError) as e:
+        print(f"edge-jax: error: {e}", file=sys.stderr)
+        return 2
+    except Exception as e:  # errors that carry their own one-line fix
+        from edge_jax.data import DataError
+        from edge_jax.train.loop import TrainingError
+        if isinstance(e, (DataError, TrainingError)):
+            print(f"edge-jax: error: {e}", file=sys.stderr)
+            return 2
+        raise
+
+
+if __name__ == "__main__":
+    sys.exit(main())

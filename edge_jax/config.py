@@ -1,0 +1,196 @@
+"""Config schema, loading (big_vision style ``file.py:arg``), overrides and validation.
+
+Every error raised here is a :class:`ConfigError` whose message is one line naming the
+problem and the fix.
+"""
+from __future__ import annotations
+
+import ast
+import difflib
+import importlib.util
+import os
+from typing import Any, Iterable, Mapping
+
+import ml_collections
+
+SCHEDULES = ("cosine", "wsd", "wsdc", "constant")
+DTYPES = ("float32", "bfloat16")
+FFN_KINDS = ("swiglu",)
+
+
+class ConfigError(ValueError):
+    """A bad config: unknown key or value, or an impossible combination."""
+
+
+def base_config() -> ml_collections.ConfigDict:
+    """The full schema with defaults; every valid key appears here."""
+    c = ml_collections.ConfigDict()
+    c.seed = 0
+
+    c.model = ml_collections.ConfigDict(dict(
+        vocab_size=0,  # 0: take it from the tokenizer
+        d_model=128, n_layers=4, n_heads=4, n_kv_heads=2, head_dim=32, d_ff=384,
+        rope_theta=500_000.0, qk_norm=True, tie_embeddings=True, norm_eps=1e-6,
+        ffn="swiglu", dtype="float32", param_dtype="float32", init_std=0.02,
+    ))
+    c.data = ml_collections.ConfigDict(dict(
+        name="pystdlib", tokenizer="byte", seq_len=128, batch_size=16, data_dir="",
+        text_key="text", facts_entities=2000, longctx_length=4096, longctx_examples=200,
+    ))
+    c.train = ml_collections.ConfigDict(dict(
+        steps=200, lr=3e-3, min_lr=3e-4, warmup_steps=20, schedule="cosine",
+        decay_fraction=0.2, tail_fraction=0.1, b1=0.9, b2=0.95, eps=1e-8,
+        weight_decay=0.1, clip_norm=1.0, grad_accum=1,
+        log_every=10, eval_every=50, eval_batches=20, ckpt_every=50, keep_ckpts=3,
+    ))
+    c.mesh = ml_collections.ConfigDict(dict(data=-1, fsdp=1, tensor=1))
+    return c
+
+
+def parse_arg(arg: str | None, **defaults) -> ml_collections.ConfigDict:
+    """Parse a ``get_config`` argument like ``"size=tiny,runlocal"`` against typed defaults."""
+    out = ml_collections.ConfigDict(dict(defaults))
+    if not arg:
+        return out
+    for item in arg.split(","):
+        key, _, raw = item.partition("=")
+        key = key.strip()
+        if key not in defaults:
+            raise ConfigError(_unknown("config argument", key, defaults))
+        out[key] = _coerce(raw if _ else "True", defaults[key], key)
+    return out
+
+
+def _unknown(kind: str, key: str, valid: Iterable[str]) -> str:
+    valid = sorted(valid)
+    near = difflib.get_close_matches(key, valid, n=3, cutoff=0.5)
+    hint = f"did you mean {', '.join(repr(n) for n in near)}?" if near else (
+        f"valid: {', '.join(valid[:12])}{' ...' if len(valid) > 12 else ''}")
+    return f"unknown {kind} {key!r}; {hint}"
+
+
+def _coerce(raw: Any, current: Any, key: str) -> Any:
+    if not isinstance(raw, str):
+        return raw
+    if isinstance(current, bool):
+        low = raw.lower()
+        if low in ("true", "1", "yes"):
+            return True
+        if low in ("false", "0", "no"):
+            return False
+        raise ConfigError(f"config key {key!r} needs true/false, got {raw!r}")
+    if isinstance(current, (int, float)) and not isinstance(current, bool):
+        try:
+            val = ast.literal_eval(raw)
+        except (ValueError, SyntaxError):
+            raise ConfigError(f"config key {key!r} needs a number, got {raw!r}") from None
+        if isinstance(current, int) and isinstance(val, float) and not val.is_integer():
+            raise ConfigError(f"config key {key!r} needs an integer, got {raw!r}")
+        return type(current)(val)
+    if isinstance(current, (tuple, list)):
+        try:
+            return type(current)(ast.literal_eval(raw))
+        except (ValueError, SyntaxError):
+            raise ConfigError(f"config key {key!r} needs a list like [1,2], got {raw!r}") from None
+    return raw
+
+
+def _flat_keys(c: ml_collections.ConfigDict, prefix: str = "") -> list[str]:
+    keys = []
+    for k, v in c.items():
+        if isinstance(v, ml_collections.ConfigDict):
+            keys.extend(_flat_keys(v, f"{prefix}{k}."))
+        else:
+            keys.append(f"{prefix}{k}")
+    return keys
+
+
+def apply_overrides(c: ml_collections.ConfigDict, overrides: Mapping[str, Any] | Iterable[str]):
+    """Apply ``{"train.steps": 200}`` or ``["train.steps=200"]`` in place; unknown keys fail."""
+    if not isinstance(overrides, Mapping):
+        pairs = {}
+        for item in overrides:
+            key, sep, raw = item.partition("=")
+            if not sep:
+                raise ConfigError(f"override {item!r} needs the form key=value")
+            pairs[key.strip()] = raw
+        overrides = pairs
+    valid = _flat_keys(c)
+    for key, raw in overrides.items():
+        if key not in valid:
+            raise ConfigError(_unknown("config key", key, valid))
+        *path, leaf = key.split(".")
+        node = c
+        for p in path:
+            node = node[p]
+        with node.unlocked() if hasattr(node, "unlocked") else _null():
+            node[leaf] = _coerce(raw, node[leaf], key)
+    return c
+
+
+class _null:
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *a):
+        return False
+
+
+def load_config(spec: str, overrides: Mapping[str, Any] | Iterable[str] = ()) -> ml_collections.ConfigDict:
+    """Load ``path/to/config.py[:arg]``, apply overrides, validate, and return it."""
+    path, _, arg = spec.partition(":")
+    if not os.path.isfile(path):
+        raise ConfigError(f"config file {path!r} not found; pass e.g. --config configs/lm.py:size=tiny")
+    mod_spec = importlib.util.spec_from_file_location(f"_edge_jax_cfg_{abs(hash(path))}", path)
+    module = importlib.util.module_from_spec(mod_spec)
+    mod_spec.loader.exec_module(module)
+    if not hasattr(module, "get_config"):
+        raise ConfigError(f"config file {path!r} defines no get_config(arg); add one")
+    c = module.get_config(arg or None)
+    apply_overrides(c, overrides)
+    validate(c)
+    return c
+
+
+def _choice(key: str, value: str, valid: Iterable[str]):
+    if value not in valid:
+        raise ConfigError(_unknown(f"{key} value", value, valid))
+
+
+def validate(c: ml_collections.ConfigDict) -> None:
+    """Check values and combinations; raise a one-line ConfigError naming the conflict."""
+    m, d, t = c.model, c.data, c.train
+    _choice("train.schedule", t.schedule, SCHEDULES)
+    _choice("model.dtype", m.dtype, DTYPES)
+    _choice("model.param_dtype", m.param_dtype, DTYPES)
+    _choice("model.ffn", m.ffn, FFN_KINDS)
+    positive = {"model.d_model": m.d_model, "model.n_layers": m.n_layers, "model.n_heads": m.n_heads,
+                "model.n_kv_heads": m.n_kv_heads, "model.head_dim": m.head_dim, "model.d_ff": m.d_ff,
+                "data.seq_len": d.seq_len, "data.batch_size": d.batch_size, "train.steps": t.steps,
+                "train.grad_accum": t.grad_accum, "train.lr": t.lr}
+    for key, val in positive.items():
+        if val <= 0:
+            raise ConfigError(f"{key} must be positive, got {val}")
+    if m.n_heads % m.n_kv_heads:
+        raise ConfigError(f"model.n_heads={m.n_heads} is not a multiple of model.n_kv_heads={m.n_kv_heads}; "
+                          "pick n_kv_heads dividing n_heads")
+    if m.head_dim % 2:
+        raise ConfigError(f"model.head_dim={m.head_dim} must be even for RoPE")
+    if d.batch_size % t.grad_accum:
+        raise ConfigError(f"data.batch_size={d.batch_size} is not divisible by train.grad_accum={t.grad_accum}")
+    if not 0 <= t.min_lr <= t.lr:
+        raise ConfigError(f"train.min_lr={t.min_lr} must lie in [0, train.lr={t.lr}]")
+    if t.warmup_steps >= t.steps and t.schedule != "constant":
+        raise ConfigError(f"train.warmup_steps={t.warmup_steps} must be below train.steps={t.steps}")
+    if t.schedule in ("wsd", "wsdc"):
+        tail = t.tail_fraction if t.schedule == "wsdc" else 0.0
+        if not (0 < t.decay_fraction and t.decay_fraction + tail < 1 and tail >= 0):
+            raise ConfigError(f"train.decay_fraction={t.decay_fraction} and train.tail_fraction={t.tail_fraction} "
+                              "must be >= 0 and sum to less than 1")
+    for axis in ("data", "fsdp", "tensor"):
+        if c.mesh[axis] == 0 or c.mesh[axis] < -1:
+            raise ConfigError(f"mesh.{axis}={c.mesh[axis]}: use a positive size or -1 for 'the rest'")
+    if sum(c.mesh[a] == -1 for a in ("data", "fsdp", "tensor")) > 1:
+        raise ConfigError("only one of mesh.data / mesh.fsdp / mesh.tensor may be -1")
+    if m.vocab_size < 0:
+        raise ConfigError(f"model.vocab_size={m.vocab_size}: use 0 (from the tokenizer) or a positive size")

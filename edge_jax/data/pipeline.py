@@ -1,0 +1,164 @@
+"""Token caches and the grain pipelines that turn them into batches.
+
+A split is tokenised once: every document, each followed by eos, as one flat array saved to
+<data_dir>/tokens/<source key>-<split>-<tokenizer name>.npy (written to a temporary file, then
+os.replace), and memory-mapped afterwards. A combined dataset (a+b) concatenates the caches
+of its parts for train.
+
+Training windows hold seq_len + 1 tokens with stride seq_len, so every token after the first
+is a target exactly once per epoch: inputs = window[:-1], targets = window[1:]. Window w goes
+to process w % process_count (the same number to each), then each process shuffles its
+windows with grain (a new order every epoch), repeats forever and batches.
+"""
+from __future__ import annotations
+
+import io
+import os
+
+import numpy as np
+
+from edge_jax.data.errors import DataError
+from edge_jax.data.sources import Source, atomic_write_bytes, resolve_cfg
+from edge_jax.data.tokenizers import tokenizer_dtype
+
+_READ_THREADS = 2
+_PREFETCH_BATCHES = 4
+
+
+def _data_dir(data_cfg) -> str:
+    from edge_jax.data.sources import data_dir_default
+
+    return getattr(data_cfg, "data_dir", "") or data_dir_default()
+
+
+def tokens_path(data_dir: str, source: Source, split: str, tok) -> str:
+    return os.path.join(data_dir, "tokens", f"{source.key}-{split}-{tok.name}.npy")
+
+
+def split_tokens(source: Source, split: str, tok, data_dir: str) -> np.ndarray:
+    """The flat token array of a split (memory-mapped from its cache; built on first use)."""
+    if source.parts and split == "train":
+        return np.concatenate([split_tokens(p, "train", tok, data_dir) for p in source.parts])
+    path = tokens_path(data_dir, source, split, tok)
+    if not os.path.exists(path):
+        documents = source.documents(split)
+        if not documents:
+            raise DataError(f"dataset '{source.name}' split '{split}' has no documents; "
+                            "use another split or dataset")
+        pieces = tok.encode_many(documents)
+        flat = np.empty(sum(len(p) + 1 for p in pieces), dtype=tokenizer_dtype(tok))
+        at = 0
+        for p in pieces:
+            flat[at:at + len(p)] = p
+            flat[at + len(p)] = tok.eos_id
+            at += len(p) + 1
+        buf = io.BytesIO()
+        np.save(buf, flat, allow_pickle=False)
+        atomic_write_bytes(path, buf.getvalue())
+    return np.load(path, mmap_mode="r")
+
+
+class Windows:
+    """Random-access view of the training windows of one process: item i is int32[seq_len+1]."""
+
+    def __init__(self, tokens: np.ndarray, seq_len: int, process_index: int = 0,
+                 process_count: int = 1):
+        self.tokens, self.seq_len = tokens, seq_len
+        self.process_index, self.process_count = process_index, process_count
+        self.total = (len(tokens) - 1) // seq_len
+        self.length = self.total // process_count
+
+    def __len__(self) -> int:
+        return self.length
+
+    def __getitem__(self, i: int) -> np.ndarray:
+        if not 0 <= i < self.length:
+            raise IndexError(i)
+        start = (i * self.process_count + self.process_index) * self.seq_len
+        return np.asarray(self.tokens[start:start + self.seq_len + 1], dtype=np.int32)
+
+
+def _to_io(batch_BW: np.ndarray) -> dict:
+    return {"inputs": batch_BW[:, :-1], "targets": batch_BW[:, 1:]}
+
+
+def _check_sizes(data_cfg, process_count: int) -> tuple[int, int]:
+    seq_len, batch = int(data_cfg.seq_len), int(data_cfg.batch_size)
+    if seq_len < 1 or batch < 1:
+        raise DataError(f"data.seq_len ({seq_len}) and data.batch_size ({batch}) must be positive; "
+                        "set them to positive integers")
+    if batch % process_count:
+        raise DataError(f"data.batch_size {batch} is not divisible by the {process_count} processes; "
+                        f"use a multiple of {process_count}")
+    return seq_len, batch
+
+
+def make_train_iter(data_cfg, tok, seed: int, process_index: int = 0, process_count: int = 1):
+    """Infinite grain iterator of {'inputs', 'targets'}: int32[batch_size // process_count,
+    seq_len]. It has get_state() -> JSON-able dict and set_state(state); restoring a state
+    replays exactly the batches that followed it. Deterministic given (data, tokenizer, seed,
+    process_index, process_count)."""
+    import grain
+
+    seq_len, batch = _check_sizes(data_cfg, process_count)
+    if not 0 <= process_index < process_count:
+        raise DataError(f"process_index {process_index} is outside 0..{process_count - 1}; "
+                        "pass jax.process_index() and jax.process_count()")
+    local = batch // process_count
+    source = resolve_cfg(data_cfg)
+    tokens = split_tokens(source, "train", tok, _data_dir(data_cfg))
+    windows = Windows(tokens, seq_len, process_index, process_count)
+    if windows.total < batch:
+        raise DataError(
+            f"dataset '{source.name}' train split has {len(tokens)} tokens, {windows.total} windows "
+            f"of data.seq_len {seq_len} (+1), fewer than one batch of {batch}; lower data.seq_len to "
+            f"at most {max(1, (len(tokens) - 1) // batch)} or data.batch_size, or use more data")
+    ds = (grain.MapDataset.source(windows)
+          .shuffle(seed=int(seed) % 2**32)
+          .repeat()
+          .batch(local, drop_remainder=True)
+          .map(_to_io))
+    options = grain.ReadOptions(num_threads=_READ_THREADS, prefetch_buffer_size=_PREFETCH_BATCHES)
+    return iter(ds.to_iter_dataset(options))
+
+
+def eval_windows(tokens: np.ndarray, seq_len: int, pad_id: int):
+    """All windows of a split, the last one padded: (windows int32[N, T+1], mask float32[N, T]).
+    The mask sums to len(tokens) - 1: every token after the first is a target exactly once."""
+    n_targets = len(tokens) - 1
+    full, rest = divmod(n_targets, seq_len)
+    count = full + (rest > 0)
+    windows = np.full((count, seq_len + 1), pad_id, dtype=np.int32)
+    mask = np.zeros((count, seq_len), dtype=np.float32)
+    if full:
+        index = np.arange(full)[:, None] * seq_len + np.arange(seq_len + 1)[None, :]
+        windows[:full] = np.asarray(tokens)[index]
+        mask[:full] = 1.0
+    if rest:
+        windows[full, :rest + 1] = tokens[full * seq_len:]
+        mask[full, :rest] = 1.0
+    return windows, mask
+
+
+def make_eval_batches(data_cfg, tok, split: str = "validation", num_batches: int = 0) -> list[dict]:
+    """Batches {'inputs', 'targets', 'mask'} of global size data.batch_size covering `split` in
+    order (num_batches = 0: all of it, else the first num_batches). mask is 1.0 on real targets
+    and 0.0 on the padding of the last window and of the rows that fill the last batch."""
+    seq_len, batch = _check_sizes(data_cfg, 1)
+    source = resolve_cfg(data_cfg)
+    tokens = split_tokens(source, split, tok, _data_dir(data_cfg))
+    if len(tokens) < 2:
+        raise DataError(f"dataset '{source.name}' split '{split}' has {len(tokens)} token; "
+                        "evaluate on a larger split")
+    windows, mask = eval_windows(tokens, seq_len, tok.pad_id)
+    n = -(-len(windows) // batch)
+    if num_batches:
+        n = min(n, int(num_batches))
+    out = []
+    for b in range(n):
+        w, m = windows[b * batch:(b + 1) * batch], mask[b * batch:(b + 1) * batch]
+        if len(w) < batch:
+            w = np.concatenate([w, np.full((batch - len(w), seq_len + 1), tok.pad_id, np.int32)])
+            m = np.concatenate([m, np.zeros((batch - len(m), seq_len), np.float32)])
+        out.append({"inputs": w[:, :-1], "targets": w[:, 1:], "mask": m})
+    return out

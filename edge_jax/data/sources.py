@@ -1,0 +1,302 @@
+"""Resolve a dataset name (data.name) to documents per split, and questions for load_qa.
+
+Names:
+  pystdlib | facts | longctx   built-in TFDS builders, prepared on first use into
+                               <data_dir>/tfds and read back with tfds data sources.
+  tfds:<name>                  an already-prepared TFDS dataset (array_record) in
+                               <data_dir>/tfds or <data_dir>; field data.text_key.
+  text:<glob>                  local UTF-8 text files (recursive ** allowed).
+  a+b[+c...]                   train = the train documents of every part, in order;
+                               other splits (and questions) come from the parts that have them,
+                               validation from the first part. Globs may not contain '+'.
+
+`Source.key` is a filename-safe string that changes whenever the documents can change; token
+and tokenizer caches are keyed by it.
+"""
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import difflib
+import functools
+import glob as globlib
+import hashlib
+import logging
+import os
+import re
+import tempfile
+from typing import Callable
+
+from edge_jax.data.errors import DataError
+
+BUILTIN = ("pystdlib", "facts", "longctx")
+VALID_NAMES = "pystdlib, facts, longctx, tfds:<name>, text:<glob>, a+b (e.g. pystdlib+facts)"
+# Test-size switch: a positive value limits pystdlib to that many files (a separate config).
+PYSTDLIB_MAX_FILES_ENV = "EDGE_JAX_PYSTDLIB_MAX_FILES"
+TEXT_VALIDATION_PER_MILLE = 20
+
+
+def data_dir_default() -> str:
+    """$EDGE_JAX_DATA if set, else ~/.cache/edge_jax."""
+    return os.environ.get("EDGE_JAX_DATA") or os.path.join(os.path.expanduser("~"), ".cache", "edge_jax")
+
+
+def atomic_write_bytes(path: str, data: bytes) -> None:
+    """Write via a temporary file in the same folder and os.replace, so readers never see a
+    partial file."""
+    os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path) or ".", prefix=".tmp-")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+
+
+def _safe(text: str, limit: int = 100) -> str:
+    out = re.sub(r"[^A-Za-z0-9_.=-]+", "_", text)
+    if len(out) > limit:
+        out = out[:limit - 9] + "-" + hashlib.sha1(text.encode()).hexdigest()[:8]
+    return out
+
+
+@dataclasses.dataclass
+class Source:
+    """Documents of one dataset. `load(split)` returns a list of records (dicts with 'text'
+    and, for question splits, 'prompt', 'answer', 'task')."""
+
+    name: str
+    key: str
+    splits: tuple[str, ...]
+    load: Callable[[str], list[dict]]
+    qa_split: str | None = None
+    parts: tuple["Source", ...] = ()
+
+    def records(self, split: str) -> list[dict]:
+        if split not in self.splits:
+            raise DataError(f"dataset '{self.name}' has no split '{split}' (it has "
+                            f"{', '.join(self.splits)}); pass one of those")
+        return self.load(split)
+
+    def documents(self, split: str) -> list[str]:
+        return [r["text"] for r in self.records(split)]
+
+    def qa(self) -> list[dict]:
+        with_qa = [p for p in self.parts if p.qa_split]
+        if with_qa:
+            return [q for p in with_qa for q in p.qa()]
+        if self.qa_split is None:
+            raise DataError(f"dataset '{self.name}' has no question split; load_qa needs facts "
+                            "or longctx (alone or in a combination such as pystdlib+facts)")
+        return [{k: r[k] for k in ("prompt", "answer", "task")} for r in self.records(self.qa_split)]
+
+
+def _decode(record: dict, keys) -> dict:
+    return {k: (v.decode("utf-8", errors="replace") if isinstance(v, bytes) else str(v))
+            for k, v in record.items() if k in keys}
+
+
+def _read_split(data_source, keys=("text", "prompt", "answer", "task")) -> list[dict]:
+    n = len(data_source)
+    out = []
+    for start in range(0, n, 1024):
+        out.extend(_decode(r, keys) for r in data_source.__getitems__(list(range(start, min(n, start + 1024)))))
+    return out
+
+
+@contextlib.contextmanager
+def _quiet_tfds():
+    """No progress bars and no absl warnings about our (dynamic) builder configs."""
+    from tensorflow_datasets.core.utils import tqdm_utils
+
+    absl_logger = logging.getLogger("absl")
+    level, bars = absl_logger.level, tqdm_utils._active  # pylint: disable=protected-access
+    absl_logger.setLevel(logging.ERROR)
+    tqdm_utils.display_progress_bar(False)
+    try:
+        yield
+    finally:
+        absl_logger.setLevel(level)
+        tqdm_utils.display_progress_bar(bars)
+
+
+@functools.lru_cache(maxsize=None)
+def _builder_config(kind: str, params: tuple):
+    from edge_jax.data.builders import facts, longctx, pystdlib
+
+    return {"pystdlib": pystdlib.make_config, "facts": facts.make_config,
+            "longctx": longctx.make_config}[kind](*params)
+
+
+def _builtin(kind: str, data_dir: str, params: tuple) -> Source:
+    from edge_jax.data.builders import BUILDERS
+
+    try:
+        config = _builder_config(kind, params)
+    except ValueError as e:
+        raise DataError(f"bad parameters for dataset '{kind}': {e}; change data.facts_entities / "
+                        "data.longctx_length / data.longctx_examples") from None
+    cls = BUILDERS[kind]
+    sources: dict[str, object] = {}
+
+    def load(split: str) -> list[dict]:
+        if split not in sources:
+            with _quiet_tfds():
+                builder = cls(config=config, data_dir=os.path.join(data_dir, "tfds"),
+                              file_format="array_record")
+                if not builder.is_prepared():  # tfds writes to a temp folder, then renames it
+                    builder.download_and_prepare()
+                sources[split] = builder.as_data_source(split=split)
+        return _read_split(sources[split])
+
+    splits = ("train", "validation") + (("qa",) if kind != "pystdlib" else ())
+    key = _safe(f"{kind}-{config.name}-v{cls.VERSION}")
+    return Source(kind, key, splits, load, qa_split="qa" if kind != "pystdlib" else None)
+
+
+def _tfds(name: str, data_dir: str, text_key: str) -> Source:
+    import tensorflow_datasets as tfds
+
+    tried = [os.path.join(data_dir, "tfds"), data_dir]
+    builder = None
+    for d in tried:
+        try:
+            b = tfds.builder(name, data_dir=d)
+        except Exception:  # not registered and not on disk there
+            continue
+        if b.is_prepared():
+            builder, where = b, d
+            break
+    if builder is None:
+        base = name.split(":")[0].split("/")[0]
+        found = sorted(f"{base}/{c}" for d in tried if os.path.isdir(os.path.join(d, base))
+                       for c in os.listdir(os.path.join(d, base))
+                       if not c[:1].isdigit() and not c.startswith("incomplete.")
+                       and os.path.isdir(os.path.join(d, base, c)))
+        if found:
+            raise DataError(f"TFDS dataset '{name}' is not prepared in {' or '.join(tried)}, but "
+                            f"these configs are: {', '.join(found)}; name one as tfds:<name/config>")
+        raise DataError(f"TFDS dataset '{name}' is not prepared in {' or '.join(tried)}; prepare it "
+                        f"where there is network with `tfds build {name} --data_dir={tried[0]} "
+                        "--file_format=array_record` and copy it here, or choose another data.name")
+    features = list(builder.info.features.keys()) if builder.info.features else []
+    if text_key not in features:
+        raise DataError(f"TFDS dataset '{name}' has no feature '{text_key}' (it has "
+                        f"{', '.join(features)}); set data.text_key to the text feature")
+    splits = tuple(sorted(builder.info.splits.keys()))
+
+    def load(split: str) -> list[dict]:
+        try:
+            ds = tfds.data_source(name, split=split, data_dir=where, download=False)
+        except NotImplementedError as e:
+            raise DataError(f"TFDS dataset '{name}' cannot be read without TensorFlow ({e}); "
+                            "rebuild it with --file_format=array_record") from None
+        return [{"text": r["text_key"]} for r in _read_split(_Renamed(ds, text_key), ("text_key",))]
+
+    return Source(f"tfds:{name}", _safe(f"tfds-{name}-{builder.info.version}-{text_key}"),
+                  splits, load)
+
+
+class _Renamed:
+    """A data source view exposing feature `key` as 'text_key' (so _read_split stays small)."""
+
+    def __init__(self, ds, key):
+        self.ds, self.key = ds, key
+
+    def __len__(self):
+        return len(self.ds)
+
+    def __getitems__(self, idx):
+        return [{"text_key": r[self.key]} for r in self.ds.__getitems__(idx)]
+
+
+def _text(pattern: str) -> Source:
+    paths = sorted(p for p in globlib.glob(os.path.expanduser(pattern), recursive=True)
+                   if os.path.isfile(p))
+    if not paths:
+        raise DataError(f"text glob '{pattern}' matches no files; pass an existing path or pattern "
+                        "such as text:/data/books/**/*.txt")
+    root = os.path.commonpath([os.path.abspath(p) for p in paths])
+    root = root if os.path.isdir(root) else os.path.dirname(root)
+    rels = [os.path.relpath(os.path.abspath(p), root).replace(os.sep, "/") for p in paths]
+    stats = [(r, os.path.getsize(p), os.stat(p).st_mtime_ns) for r, p in zip(rels, paths)]
+    key = "text-" + hashlib.sha1(repr(stats).encode()).hexdigest()[:12]
+
+    def is_val(rel: str) -> bool:
+        return int(hashlib.sha1(rel.encode()).hexdigest()[:8], 16) % 1000 < TEXT_VALIDATION_PER_MILLE
+
+    by_file = any(is_val(r) for r in rels) and not all(is_val(r) for r in rels)
+
+    def load(split: str) -> list[dict]:
+        out = []
+        for rel, path in zip(rels, paths):
+            with open(path, encoding="utf-8", errors="replace") as f:
+                text = f.read()
+            if by_file:
+                if is_val(rel) == (split == "validation"):
+                    out.append(text)
+                continue
+            # Too few files for a split by file: the last ~2% of each file (from a line start).
+            cut = text.rfind("\n", 0, len(text) - len(text) * TEXT_VALIDATION_PER_MILLE // 1000) + 1
+            part = text[:cut] if split == "train" else text[cut:]
+            if part:
+                out.append(part)
+        return [{"text": t} for t in out]
+
+    return Source(f"text:{pattern}", key, ("train", "validation"), load)
+
+
+def _combined(parts: list[Source]) -> Source:
+    first = parts[0]
+
+    def load(split: str) -> list[dict]:
+        if split == "train":
+            return [r for p in parts for r in p.records("train")]
+        return first.records(split)
+
+    return Source("+".join(p.name for p in parts), _safe("+".join(p.key for p in parts), 150),
+                  first.splits, load, parts=tuple(parts))
+
+
+def resolve(name: str, data_dir: str = "", *, text_key: str = "text", facts_entities: int = 2000,
+            longctx_length: int = 4096, longctx_examples: int = 200) -> Source:
+    """The Source for a data.name (see module docstring); DataError for unknown names."""
+    data_dir = data_dir or data_dir_default()
+    name = (name or "").strip()
+    if "+" in name:
+        parts = [resolve(n, data_dir, text_key=text_key, facts_entities=facts_entities,
+                         longctx_length=longctx_length, longctx_examples=longctx_examples)
+                 for n in name.split("+")]
+        return _combined(parts)
+    if name == "pystdlib":
+        return _builtin(name, data_dir, (int(os.environ.get(PYSTDLIB_MAX_FILES_ENV, "0") or 0),))
+    if name == "facts":
+        return _builtin(name, data_dir, (int(facts_entities),))
+    if name == "longctx":
+        return _builtin(name, data_dir, (int(longctx_length), int(longctx_examples)))
+    if name.startswith("tfds:") and name[5:]:
+        return _tfds(name[5:], data_dir, text_key)
+    if name.startswith("text:") and name[5:]:
+        return _text(name[5:])
+    close = difflib.get_close_matches(name, list(BUILTIN) + ["tfds:", "text:"], n=1, cutoff=0.5)
+    hint = f"did you mean '{close[0]}'? " if close else ""
+    raise DataError(f"unknown dataset '{name}'; {hint}valid names: {VALID_NAMES}")
+
+
+def resolve_cfg(data_cfg, data_dir: str = "") -> Source:
+    """resolve() with the parameters of a data config (data_dir overrides data_cfg.data_dir)."""
+    return resolve(data_cfg.name, data_dir or getattr(data_cfg, "data_dir", "") or "",
+                   text_key=getattr(data_cfg, "text_key", "text") or "text",
+                   facts_entities=getattr(data_cfg, "facts_entities", 2000),
+                   longctx_length=getattr(data_cfg, "longctx_length", 4096),
+                   longctx_examples=getattr(data_cfg, "longctx_examples", 200))
+
+
+def load_qa(data_cfg, data_dir: str = "") -> list[dict]:
+    """[{'prompt', 'answer', 'task'}] of the dataset's question split (facts: held-out questions;
+    longctx: task prompts). A model answers by continuing `prompt` (which ends in 'Answer:');
+    score exact match of the continuation, stripped, up to the first newline or eos."""
+    return resolve_cfg(data_cfg, data_dir).qa()

@@ -1,0 +1,209 @@
+"""Tokenizers behind one small interface: byte-level, sentencepiece and HF `tokenizers`.
+
+Every tokenizer has `.encode(text) -> list[int]`, `.decode(ids) -> str`, `.vocab_size`,
+`.eos_id`, `.pad_id` and `.name` (a short, filename-safe string used in cache keys; it
+changes whenever the vocabulary does). `encode_many(texts)` is the fast path the pipeline
+uses to tokenise a whole split.
+
+Specs accepted by `get_tokenizer`:
+  byte            ids 0..255 are the UTF-8 bytes, 256 = eos, 257 = pad; vocab_size 258.
+  spm:<V>         sentencepiece BPE with V pieces, trained on the train split of the dataset
+                  and cached as <data_dir>/tokenizers/<dataset key>-spm<V>.model.
+  spm_file:<path> an existing sentencepiece .model file.
+  hf:<path>       a HF `tokenizers` tokenizer.json file.
+
+Trained sentencepiece models use pad=0, unk=1, bos=2, eos=3, byte fallback (every string
+encodes), identity normalisation and no dummy prefix, so decode(encode(s)) == s exactly
+(code indentation and newlines included; the one exception is the character U+2581 '▁',
+which sentencepiece reserves as its space marker and decodes to a space).
+"""
+from __future__ import annotations
+
+import hashlib
+import io
+import os
+import re
+
+import numpy as np
+
+from edge_jax.data.errors import DataError
+from edge_jax.data.sources import atomic_write_bytes, data_dir_default, resolve
+
+# Training input cap: a deterministic subsample of at most this many characters. BPE training
+# on 5M characters takes a few seconds on 2 CPU cores and is byte-for-byte reproducible.
+SPM_CHAR_BUDGET = 5_000_000
+_SPM_CHUNK_LINES = 8  # training "sentences" are chunks of 8 lines, so "\n" is seen in context
+_SPECS = "byte, spm:<vocab_size>, spm_file:<path.model>, hf:<path/tokenizer.json>"
+
+
+def _file_hash(path: str) -> str:
+    with open(path, "rb") as f:
+        return hashlib.sha1(f.read()).hexdigest()[:8]
+
+
+def _safe(stem: str) -> str:
+    return re.sub(r"[^A-Za-z0-9_.-]+", "_", stem)[:40]
+
+
+class ByteTokenizer:
+    """UTF-8 bytes as ids 0..255, then eos=256 and pad=257."""
+
+    vocab_size = 258
+    eos_id = 256
+    pad_id = 257
+    name = "byte"
+
+    def encode(self, text: str) -> list[int]:
+        return list(text.encode("utf-8"))
+
+    def encode_many(self, texts: list[str]) -> list[np.ndarray]:
+        return [np.frombuffer(t.encode("utf-8"), dtype=np.uint8) for t in texts]
+
+    def decode(self, ids) -> str:
+        data = bytes(int(i) for i in ids if 0 <= int(i) < 256)
+        return data.decode("utf-8", errors="replace")
+
+
+class SpmTokenizer:
+    """A sentencepiece model (trained here or given as a file)."""
+
+    def __init__(self, model_path: str, name: str):
+        import sentencepiece as spm
+
+        self.path = model_path
+        self.sp = spm.SentencePieceProcessor(model_file=model_path)
+        self.vocab_size = int(self.sp.get_piece_size())
+        self.eos_id = int(self.sp.eos_id())
+        if self.eos_id < 0:
+            raise DataError(f"sentencepiece model {model_path} has no eos piece; retrain it with "
+                            "eos_id set (e.g. spm_train --eos_id=3) or use tokenizer spec 'spm:<V>'")
+        pad = int(self.sp.pad_id())
+        self.pad_id = pad if pad >= 0 else self.eos_id
+        self.name = name
+
+    def encode(self, text: str) -> list[int]:
+        return list(self.sp.encode(text))
+
+    def encode_many(self, texts: list[str]) -> list[np.ndarray]:
+        return [np.asarray(ids, dtype=np.int32) for ids in self.sp.encode(list(texts), num_threads=2)]
+
+    def decode(self, ids) -> str:
+        return self.sp.decode([int(i) for i in ids])
+
+
+_EOS_NAMES = ("</s>", "<|endoftext|>", "<eos>", "<|end_of_text|>", "<|im_end|>", "[SEP]", "<|eos|>")
+_PAD_NAMES = ("<pad>", "[PAD]", "<|pad|>", "<|padding|>")
+
+
+class HfTokenizer:
+    """A HF `tokenizers` tokenizer.json. eos = the first of the usual end tokens it has; pad =
+    its pad token, else eos."""
+
+    def __init__(self, path: str):
+        from tokenizers import Tokenizer
+
+        self.path = path
+        self.tok = Tokenizer.from_file(path)
+        vocab = self.tok.get_vocab(with_added_tokens=True)
+        self.vocab_size = int(self.tok.get_vocab_size(with_added_tokens=True))
+        eos = next((vocab[t] for t in _EOS_NAMES if t in vocab), None)
+        if eos is None:
+            raise DataError(f"HF tokenizer {path} has none of the end tokens {', '.join(_EOS_NAMES)}; "
+                            "add one as a special token, or use tokenizer spec 'byte' or 'spm:<V>'")
+        self.eos_id = int(eos)
+        self.pad_id = int(next((vocab[t] for t in _PAD_NAMES if t in vocab), eos))
+        stem = os.path.basename(os.path.dirname(os.path.abspath(path))) or "tok"
+        self.name = f"hf-{_safe(stem)}-{_file_hash(path)}"
+
+    def encode(self, text: str) -> list[int]:
+        return list(self.tok.encode(text, add_special_tokens=False).ids)
+
+    def encode_many(self, texts: list[str]) -> list[np.ndarray]:
+        encs = self.tok.encode_batch(list(texts), add_special_tokens=False)
+        return [np.asarray(e.ids, dtype=np.int32) for e in encs]
+
+    def decode(self, ids) -> str:
+        return self.tok.decode([int(i) for i in ids], skip_special_tokens=False)
+
+
+def spm_training_text(documents: list[str], char_budget: int = SPM_CHAR_BUDGET) -> list[str]:
+    """Deterministic training input: documents cut into chunks of a few lines, then every k-th
+    chunk so that the total stays near `char_budget` characters."""
+    chunks = []
+    for doc in documents:
+        lines = doc.split("\n")
+        for i in range(0, len(lines), _SPM_CHUNK_LINES):
+            chunk = "\n".join(lines[i:i + _SPM_CHUNK_LINES])
+            if chunk.strip():
+                chunks.append(chunk[:16000])
+    total = sum(len(c) for c in chunks)
+    step = max(1, -(-total // char_budget))
+    return chunks[::step]
+
+
+def train_spm(documents: list[str], vocab_size: int, out_path: str) -> None:
+    """Train a byte-fallback BPE sentencepiece model on `documents`; write it atomically."""
+    import sentencepiece as spm
+
+    sentences = spm_training_text(documents)
+    if not sentences:
+        raise DataError("cannot train a sentencepiece model on an empty train split; "
+                        "use tokenizer spec 'byte' or a dataset with text")
+    model = io.BytesIO()
+    spm.SentencePieceTrainer.train(
+        sentence_iterator=iter(sentences), model_writer=model, vocab_size=vocab_size,
+        model_type="bpe", normalization_rule_name="identity", remove_extra_whitespaces=False,
+        add_dummy_prefix=False, byte_fallback=True, allow_whitespace_only_pieces=True,
+        split_digits=True, user_defined_symbols=["\n"], pad_id=0, unk_id=1, bos_id=2, eos_id=3,
+        max_sentence_length=16384, input_sentence_size=0, shuffle_input_sentence=False,
+        hard_vocab_limit=False, num_threads=2, minloglevel=2)
+    atomic_write_bytes(out_path, model.getvalue())
+
+
+def _trained_spm(vocab: str, dataset: str, data_dir: str) -> SpmTokenizer:
+    try:
+        vocab_size = int(vocab)
+    except ValueError:
+        vocab_size = -1
+    if vocab_size < 300:
+        raise DataError(f"bad tokenizer spec 'spm:{vocab}'; give a vocabulary size of at least 300 "
+                        "(256 byte-fallback pieces + specials), e.g. 'spm:4096'")
+    source = resolve(dataset, data_dir)
+    path = os.path.join(data_dir, "tokenizers", f"{source.key}-spm{vocab_size}.model")
+    if not os.path.exists(path):
+        train_spm(source.documents("train"), vocab_size, path)
+    return SpmTokenizer(path, name=f"spm{vocab_size}-{_file_hash(path)}")
+
+
+def _existing_file(path: str, what: str) -> str:
+    path = os.path.expanduser(path)
+    if not os.path.isfile(path):
+        raise DataError(f"{what} file not found: {path}; pass an existing file, or use tokenizer "
+                        "spec 'byte' or 'spm:<vocab_size>' to build one from the dataset")
+    return path
+
+
+def get_tokenizer(spec: str, dataset: str, data_dir: str = ""):
+    """Build the tokenizer named by `spec` (see module docstring). `dataset` (a data.name such as
+    'pystdlib') is only used by 'spm:<V>', which trains on its train split with the dataset's
+    default parameters, so one vocabulary serves a whole sweep over facts/longctx sizes."""
+    data_dir = data_dir or data_dir_default()
+    spec = (spec or "").strip()
+    kind, _, arg = spec.partition(":")
+    if spec == "byte":
+        return ByteTokenizer()
+    if kind == "spm" and arg:
+        return _trained_spm(arg, dataset, data_dir)
+    if kind == "spm_file" and arg:
+        path = _existing_file(arg, "sentencepiece model")
+        stem = _safe(os.path.splitext(os.path.basename(path))[0])
+        return SpmTokenizer(path, name=f"spmfile-{stem}-{_file_hash(path)}")
+    if kind == "hf" and arg:
+        return HfTokenizer(_existing_file(arg, "HF tokenizer.json"))
+    raise DataError(f"unknown tokenizer spec {spec!r}; use one of: {_SPECS}")
+
+
+def tokenizer_dtype(tok) -> np.dtype:
+    """Smallest unsigned dtype that holds every id of `tok` (for the token caches)."""
+    return np.dtype(np.uint16) if tok.vocab_size <= 2**16 else np.dtype(np.int32)
+

@@ -1,0 +1,124 @@
+"""`edge-jax grid`: run an ablation grid, then write its table and plot.
+
+    edge-jax grid ablations/lr_schedule.py --preset tiny --seeds 2
+    edge-jax grid ablations/lr_schedule.py --list            # K, cell, seed, status
+    edge-jax grid ablations/lr_schedule.py --cell 3          # one unit (job arrays)
+    edge-jax grid ablations/lr_schedule.py --tables-only     # rebuild from records
+    edge-jax grid ablations/lr_schedule.py --set train.steps=50
+
+Mount with `command.add_arguments(subparser)` and dispatch to `command.run(args)`.
+Exit status: 0 all done, 1 some cell failed, 2 bad arguments or ablation file.
+"""
+from __future__ import annotations
+
+import argparse
+import ast
+import sys
+from pathlib import Path
+from typing import Any
+
+from edge_jax.grid import plots, runner, spec, tables
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("ablation", help="ablation file, e.g. ablations/lr_schedule.py")
+    parser.add_argument("--preset", default="tiny", help="grid preset (default: tiny)")
+    parser.add_argument("--seeds", type=int, default=2, metavar="N",
+                        help="run seeds 0..N-1 (default: 2)")
+    parser.add_argument("--out", default=None, metavar="DIR",
+                        help="output dir (default: results/<name>; "
+                             "results/<name>-<preset> for presets other than tiny)")
+    parser.add_argument("--set", dest="overrides", action="append", default=[],
+                        metavar="KEY=VALUE",
+                        help="extra config override for every cell (repeatable)")
+    mode = parser.add_mutually_exclusive_group()
+    mode.add_argument("--list", action="store_true",
+                      help="print the cell x seed units with their index K and exit")
+    mode.add_argument("--cell", type=int, default=None, metavar="K",
+                      help="run only unit K of --list (for job arrays)")
+    mode.add_argument("--tables-only", action="store_true",
+                      help="only rebuild table.md, table.csv and curves.png from records")
+
+
+def default_out(grid: spec.Grid) -> Path:
+    name = grid.name if grid.preset == "tiny" else f"{grid.name}-{grid.preset}"
+    return Path("results") / name
+
+
+def parse_assignment(text: str) -> tuple[str, Any]:
+    """"train.steps=200" -> ("train.steps", 200). Values are Python literals
+    (numbers, quoted strings, lists, True/False/None; also true/false/none);
+    anything else is kept as a string, so `train.schedule=wsd` works unquoted."""
+    key, sep, value = text.partition("=")
+    key = key.strip()
+    if not sep or not key:
+        raise ValueError(f"--set expects KEY=VALUE, got {text!r}")
+    value = value.strip()
+    lowered = {"true": True, "false": False, "none": None, "null": None}
+    if value.lower() in lowered:
+        return key, lowered[value.lower()]
+    try:
+        return key, ast.literal_eval(value)
+    except (ValueError, SyntaxError):
+        return key, value
+
+
+def run(args: argparse.Namespace, *, train_fn: runner.TrainFn | None = None,
+        load_config: runner.LoadConfigFn | None = None, log=print) -> int:
+    def error(msg: str) -> int:
+        print(f"error: {msg}", file=sys.stderr)
+        return 2
+
+    try:
+        grid = spec.load_grid(args.ablation, args.preset)
+        units = runner.plan(grid, args.seeds)
+        extra = dict(parse_assignment(a) for a in args.overrides)
+    except ValueError as e:   # GridSpecError is a ValueError
+        return error(str(e))
+    if "seed" in extra:
+        return error("--set seed=... is not allowed; use --seeds")
+    out = Path(args.out) if args.out else default_out(grid)
+
+    if args.list:
+        for u in units:
+            done = runner.record_path(out, u).exists()
+            log(f"{u.index}\t{u.cell}\t{u.seed}\t{'recorded' if done else 'missing'}")
+        return 0
+    if args.cell is not None:
+        if not 0 <= args.cell < len(units):
+            return error(f"--cell {args.cell} out of range; valid: 0..{len(units) - 1} "
+                         f"({len(grid.cells)} cells x {args.seeds} seeds)")
+        units = [units[args.cell]]
+
+    failed = 0
+    if not args.tables_only:
+        try:
+            summary = runner.run_grid(grid, out, units, extra_overrides=extra,
+                                      train_fn=train_fn, load_config=load_config, log=log)
+        except runner.GridRunError as e:
+            return error(str(e))
+        failed = len(summary.failed)
+        log(f"{grid.name}: {len(summary.ran)} ran, {len(summary.skipped)} skipped, "
+            f"{failed} failed")
+
+    records = runner.load_records(out, log=log)
+    table = tables.write_tables(grid, records, out, args.seeds)
+    plots.write_curves(grid, records, out)
+    missing = sum(len(r.missing_seeds) for r in table.rows)
+    log(f"wrote {out / 'table.md'}, {out / 'table.csv'}, {out / 'curves.png'} "
+        f"from {len(table.records)} record(s)" + (f"; {missing} missing" if missing else ""))
+    if failed:
+        log(f"error: {failed} cell(s) failed: "
+            + ", ".join(u.label for u, _ in summary.failed))
+        return 1
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="edge-jax grid", description=__doc__.splitlines()[0])
+    add_arguments(parser)
+    return run(parser.parse_args(argv))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,316 @@
+"""Run an ablation grid cell by cell and keep one JSON record per cell x seed.
+
+Layout under the output directory OUT:
+
+    OUT/runs/<cell>/seed<s>/           workdir: checkpoints, metrics.jsonl (gitignored)
+    OUT/records/<cell>__seed<s>.json   the result record, written atomically at the end
+
+A record exists only for a finished cell x seed, so a rerun after a crash or kill
+skips the finished ones and resumes the others from their workdirs. The training
+function and the config loader are injectable (tests pass fakes); by default they
+are edge_jax.train.loop.train_and_evaluate and edge_jax.config.load_config.
+"""
+from __future__ import annotations
+
+import dataclasses
+import datetime
+import json
+import math
+import platform
+import socket
+import subprocess
+import time
+import traceback
+from pathlib import Path
+from typing import Any, Callable, Iterable
+
+from edge_jax.atomic import write_json_atomic, write_text_atomic
+from edge_jax.grid.spec import Grid
+
+RECORD_VERSION = 1
+TrainFn = Callable[[Any, str], dict]
+LoadConfigFn = Callable[[str, dict], Any]
+
+
+class GridRunError(RuntimeError):
+    """The output directory cannot be used for this grid (one-line message)."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Unit:
+    """One cell x seed; `index` is its K for --list / --cell."""
+    index: int
+    cell: str
+    seed: int
+
+    @property
+    def name(self) -> str:
+        return f"{self.cell}__seed{self.seed}"
+
+    @property
+    def label(self) -> str:
+        return f"{self.cell} seed {self.seed}"
+
+
+@dataclasses.dataclass
+class RunSummary:
+    ran: list[Unit] = dataclasses.field(default_factory=list)
+    skipped: list[Unit] = dataclasses.field(default_factory=list)
+    failed: list[tuple[Unit, str]] = dataclasses.field(default_factory=list)
+
+
+def plan(grid: Grid, seeds: int) -> list[Unit]:
+    """All cell x seed units, seed-major: every cell of seed 0 comes first, so a
+    grid stopped halfway already has one full seed to tabulate."""
+    if seeds < 1:
+        raise ValueError(f"--seeds must be >= 1, got {seeds}")
+    units = [(cell, s) for s in range(seeds) for cell in grid.cells]
+    return [Unit(k, cell, s) for k, (cell, s) in enumerate(units)]
+
+
+def record_path(out: str | Path, unit: Unit) -> Path:
+    return Path(out) / "records" / f"{unit.name}.json"
+
+
+def workdir(out: str | Path, unit: Unit) -> Path:
+    return Path(out) / "runs" / unit.cell / f"seed{unit.seed}"
+
+
+def _default_train_fn(config, wd: str) -> dict:
+    from edge_jax.train.loop import train_and_evaluate
+    return train_and_evaluate(config, wd)
+
+
+def _default_load_config(base: str, overrides: dict):
+    from edge_jax.config import load_config
+    return load_config(base, overrides)
+
+
+def run_grid(grid: Grid, out: str | Path, units: Iterable[Unit], *,
+             extra_overrides: dict[str, Any] | None = None,
+             train_fn: TrainFn | None = None,
+             load_config: LoadConfigFn | None = None,
+             log: Callable[[str], None] = print) -> RunSummary:
+    """Run every unit that has no record yet; a failing unit is logged and left out."""
+    out = Path(out)
+    check_out_dir(grid, out)
+    train_fn = train_fn or _default_train_fn
+    load_config = load_config or _default_load_config
+    units = list(units)
+    summary = RunSummary()
+    for i, unit in enumerate(units):
+        tag = f"[{i + 1}/{len(units)}] {unit.label}"
+        if record_path(out, unit).exists():
+            log(f"{tag}: skipped, record exists ({record_path(out, unit)})")
+            summary.skipped.append(unit)
+            continue
+        log(f"{tag}: running in {workdir(out, unit)}")
+        try:
+            record = run_unit(grid, unit, out, extra_overrides=extra_overrides,
+                              train_fn=train_fn, load_config=load_config)
+        except Exception as e:  # noqa: BLE001 - one cell failing must not stop the grid
+            msg = _one_line(e)
+            log_file = workdir(out, unit) / "error.log"
+            try:
+                write_text_atomic(log_file, traceback.format_exc())
+                where = f" (traceback: {log_file})"
+            except OSError:
+                where = ""
+            log(f"FAILED {unit.label}: {type(e).__name__}: {msg}{where}")
+            summary.failed.append((unit, f"{type(e).__name__}: {msg}"))
+            continue
+        value = record["metrics"].get(grid.metric)
+        log(f"{tag}: done, {grid.metric}={_short(value)} in {record['wall_time_s']:.1f} s")
+        summary.ran.append(unit)
+    return summary
+
+
+def run_unit(grid: Grid, unit: Unit, out: str | Path, *,
+             extra_overrides: dict[str, Any] | None = None,
+             train_fn: TrainFn = _default_train_fn,
+             load_config: LoadConfigFn = _default_load_config) -> dict:
+    """Train one cell x seed in its workdir and write its record; returns the record."""
+    t0 = time.time()
+    started_at = _now()
+    overrides = grid.overrides(unit.cell, unit.seed, extra_overrides)
+    config = load_config(grid.base, overrides)
+    wd = workdir(out, unit)
+    resumed = _claim_workdir(wd, grid, overrides)
+    result = train_fn(config, str(wd))
+    if not isinstance(result, dict):
+        raise TypeError(f"train function returned {type(result).__name__}, not a dict")
+    metrics = _jsonable(result)
+    if grid.metric not in metrics:
+        raise KeyError(f"result has no {grid.metric!r}; keys: {', '.join(sorted(metrics))}")
+    curves = read_curves(wd / "metrics.jsonl")
+    record = {
+        "record_version": RECORD_VERSION,
+        "grid": grid.name,
+        "title": grid.title,
+        "ablation_file": grid.path,
+        "preset": grid.preset,
+        "cell": unit.cell,
+        "seed": unit.seed,
+        "base": grid.base,
+        "overrides": _jsonable(overrides),
+        "config": _config_dict(config),
+        "git": git_info(Path(grid.path).resolve().parent),
+        "metrics": metrics,
+        "curve": curves["val_loss"],
+        "train_curve": curves["train_loss"],
+        "resumed": resumed,
+        "wall_time_s": round(time.time() - t0, 3),
+        "started_at": started_at,
+        "finished_at": _now(),
+        "device": device_info(),
+        "versions": versions(),
+        "host": socket.gethostname(),
+        "workdir": str(wd),
+    }
+    write_json_atomic(record_path(out, unit), record)
+    (wd / "error.log").unlink(missing_ok=True)
+    return record
+
+
+def _claim_workdir(wd: Path, grid: Grid, overrides: dict) -> bool:
+    """Create the workdir, or check that the run already in it is this one.
+
+    Returns True when there is earlier work to resume. A workdir made with other
+    settings (say another --set train.steps) is refused rather than resumed.
+    """
+    stamp = {"grid": grid.name, "preset": grid.preset, "base": grid.base,
+             "overrides": _jsonable(overrides)}
+    stamp_file = wd / "grid_run.json"
+    if stamp_file.exists():
+        old = json.loads(stamp_file.read_text())
+        if old != stamp:
+            changed = sorted(k for k in set(old) | set(stamp) if old.get(k) != stamp.get(k))
+            raise GridRunError(f"workdir {wd} holds a run with different {', '.join(changed)}; "
+                               "delete it or use another --out")
+    wd.mkdir(parents=True, exist_ok=True)
+    resumed = any(p.name not in ("grid_run.json", "error.log") for p in wd.iterdir())
+    if not stamp_file.exists():
+        write_json_atomic(stamp_file, stamp)
+    return resumed
+
+
+def check_out_dir(grid: Grid, out: str | Path) -> None:
+    """Refuse an output dir whose records belong to another grid or preset."""
+    for rec in load_records(out):
+        if rec.get("grid") != grid.name or rec.get("preset") != grid.preset:
+            raise GridRunError(
+                f"{out} holds records of grid {rec.get('grid')!r} preset {rec.get('preset')!r}, "
+                f"not {grid.name!r} preset {grid.preset!r}; use another --out")
+
+
+def load_records(out: str | Path, log: Callable[[str], None] | None = None) -> list[dict]:
+    """Every readable record under OUT/records, in file-name order."""
+    records = []
+    for path in sorted((Path(out) / "records").glob("*.json")):
+        try:
+            rec = json.loads(path.read_text())
+        except (OSError, ValueError) as e:
+            if log:
+                log(f"warning: unreadable record {path}: {e}")
+            continue
+        if isinstance(rec, dict) and "cell" in rec and "seed" in rec:
+            records.append(rec)
+        elif log:
+            log(f"warning: {path} is not a grid record")
+    return records
+
+
+def read_curves(metrics_path: str | Path) -> dict[str, list[list[float]]]:
+    """[[step, value], ...] for val_loss (eval lines) and loss (train lines).
+
+    A resumed run may log a step twice; the later line wins. Sorted by step.
+    """
+    val: dict[int, float] = {}
+    train: dict[int, float] = {}
+    path = Path(metrics_path)
+    if path.exists():
+        for line in path.read_text().splitlines():
+            try:
+                row = json.loads(line)
+            except ValueError:
+                continue  # a line cut short by a kill
+            if not isinstance(row, dict) or "step" not in row:
+                continue
+            if row.get("kind") == "eval" and _is_number(row.get("val_loss")):
+                val[int(row["step"])] = float(row["val_loss"])
+            elif row.get("kind") == "train" and _is_number(row.get("loss")):
+                train[int(row["step"])] = float(row["loss"])
+    return {"val_loss": [[s, val[s]] for s in sorted(val)],
+            "train_loss": [[s, train[s]] for s in sorted(train)]}
+
+
+def git_info(where: str | Path) -> dict:
+    """{"commit": sha or None, "dirty": bool or None}; None where git cannot tell."""
+    def git(*args):
+        return subprocess.run(["git", *args], cwd=where, capture_output=True,
+                              text=True, timeout=20)
+    try:
+        head = git("rev-parse", "HEAD")
+        status = git("status", "--porcelain", "--untracked-files=no")
+    except (OSError, subprocess.SubprocessError):
+        return {"commit": None, "dirty": None}
+    return {"commit": head.stdout.strip() if head.returncode == 0 else None,
+            "dirty": bool(status.stdout.strip()) if status.returncode == 0 else None}
+
+
+def device_info() -> dict:
+    try:
+        import jax
+        devices = jax.devices()
+        return {"platform": devices[0].platform, "device_kind": devices[0].device_kind,
+                "device_count": len(devices), "process_count": jax.process_count()}
+    except Exception as e:  # noqa: BLE001 - a record without device info beats none
+        return {"error": f"{type(e).__name__}: {_one_line(e)}"}
+
+
+def versions() -> dict:
+    import edge_jax
+    info = {"python": platform.python_version(), "edge_jax": edge_jax.__version__}
+    try:
+        import jax
+        import jaxlib
+        info.update(jax=jax.__version__, jaxlib=jaxlib.__version__)
+    except ImportError:
+        info.update(jax=None, jaxlib=None)
+    return info
+
+
+def _config_dict(config) -> dict:
+    raw = config.to_dict() if hasattr(config, "to_dict") else dict(config)
+    return json.loads(json.dumps(raw, default=str))
+
+
+def _jsonable(x):
+    """Plain JSON types from numpy / jax scalars and arrays; anything else -> str."""
+    if isinstance(x, dict):
+        return {str(k): _jsonable(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [_jsonable(v) for v in x]
+    if x is None or isinstance(x, (bool, int, float, str)):
+        return x
+    if hasattr(x, "tolist"):          # numpy / jax arrays and scalars
+        return _jsonable(x.tolist())
+    return str(x)
+
+
+def _is_number(x) -> bool:
+    return isinstance(x, (int, float)) and not isinstance(x, bool)
+
+
+def _short(x) -> str:
+    return f"{x:.4g}" if _is_number(x) and math.isfinite(x) else str(x)
+
+
+def _now() -> str:
+    return datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
+
+
+def _one_line(e: BaseException) -> str:
+    text = str(e.args[0]) if isinstance(e, KeyError) and e.args else str(e)
+    lines = text.strip().splitlines()
+    return lines[0] if lines else "(no message)"

@@ -1,0 +1,230 @@
+"""Ablation files: load `ablations/<name>.py`, call `get_grid(preset)`, validate.
+
+An ablation file defines `get_grid(preset: str) -> dict` with these keys:
+
+    name             short id, used for the default output dir (results/<name>)
+    title            the paper table or figure the grid reproduces
+    base             config spec for edge_jax.config.load_config, "configs/lm.py:size=tiny"
+    base_overrides   {dotted.key: value} applied to every cell
+    cells            ordered {cell_name: {dotted.key: value}}; the table's rows
+    metric           primary key of train_and_evaluate's result, e.g. "val_loss"
+    lower_is_better  direction of `metric`
+    extra_metrics    other result keys to tabulate
+    paper            {"metric": label of the paper's own metric,
+                      "values": {cell: number or None},
+                      "higher_is_better": bool,
+                      "source": where in the paper, e.g. "PLM Fig. 10",
+                      "order": optional [cell, ...] best first, for a paper that
+                               states an ordering without numbers}
+    notes            free text shown under the table
+
+Every problem is reported as one line through `GridSpecError`.
+"""
+from __future__ import annotations
+
+import dataclasses
+import importlib.util
+import math
+import re
+import sys
+from numbers import Real
+from pathlib import Path
+from typing import Any
+
+REQUIRED_KEYS = ("name", "title", "base", "base_overrides", "cells", "metric",
+                 "lower_is_better", "extra_metrics", "paper", "notes")
+PAPER_KEYS = ("metric", "values", "higher_is_better", "source")
+PAPER_OPTIONAL_KEYS = ("order",)
+# Cell and grid names become file and directory names.
+_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.+-]*$")
+
+
+class GridSpecError(ValueError):
+    """An ablation file that cannot be loaded or does not validate."""
+
+
+@dataclasses.dataclass(frozen=True)
+class PaperRef:
+    metric: str
+    values: dict[str, float | None]
+    higher_is_better: bool
+    source: str
+    order: tuple[str, ...]          # best first: explicit, or derived from values
+    order_is_explicit: bool
+
+    def ranks(self) -> dict[str, int]:
+        """Paper rank per ranked cell, 1 = best; equal paper values share a rank."""
+        if self.order_is_explicit:
+            return {cell: i + 1 for i, cell in enumerate(self.order)}
+        ranks: dict[str, int] = {}
+        for i, cell in enumerate(self.order):
+            prev = self.order[i - 1] if i else None
+            same = prev is not None and self.values[prev] == self.values[cell]
+            ranks[cell] = ranks[prev] if same else i + 1
+        return ranks
+
+
+@dataclasses.dataclass(frozen=True)
+class Grid:
+    name: str
+    title: str
+    base: str
+    base_overrides: dict[str, Any]
+    cells: dict[str, dict[str, Any]]
+    metric: str
+    lower_is_better: bool
+    extra_metrics: tuple[str, ...]
+    paper: PaperRef
+    notes: str
+    preset: str
+    path: str
+
+    def overrides(self, cell: str, seed: int, extra: dict[str, Any] | None = None) -> dict:
+        """base_overrides | cell overrides | {"seed": seed} | extra (later wins)."""
+        return {**self.base_overrides, **self.cells[cell], "seed": seed, **(extra or {})}
+
+
+def load_grid(path: str | Path, preset: str = "tiny") -> Grid:
+    """Import the ablation file at `path`, call get_grid(preset), validate it."""
+    path = Path(path)
+    if not path.is_file():
+        raise GridSpecError(f"ablation file not found: {path}")
+    module_name = f"_edge_jax_ablation_{re.sub(r'[^0-9A-Za-z_]', '_', path.stem)}"
+    spec = importlib.util.spec_from_file_location(module_name, path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[module_name] = module
+    try:
+        spec.loader.exec_module(module)
+    except Exception as e:  # noqa: BLE001 - report any import failure in one line
+        sys.modules.pop(module_name, None)
+        raise GridSpecError(f"{path}: import failed: {type(e).__name__}: {e}") from e
+    get_grid = getattr(module, "get_grid", None)
+    if not callable(get_grid):
+        raise GridSpecError(f"{path}: defines no get_grid(preset) function")
+    try:
+        raw = get_grid(preset)
+    except (ValueError, KeyError) as e:
+        raise GridSpecError(f"{path}: {_one_line(e)}") from e
+    return validate_grid(raw, preset=preset, path=str(path))
+
+
+def validate_grid(raw: Any, *, preset: str, path: str = "<grid>") -> Grid:
+    """Check the dict returned by get_grid and freeze it into a Grid."""
+    def fail(msg: str) -> GridSpecError:
+        return GridSpecError(f"{path} (preset {preset!r}): {msg}")
+
+    if not isinstance(raw, dict):
+        raise fail(f"get_grid must return a dict, got {type(raw).__name__}")
+    missing = [k for k in REQUIRED_KEYS if k not in raw]
+    if missing:
+        raise fail(f"missing key(s): {', '.join(missing)}")
+    unknown = sorted(set(raw) - set(REQUIRED_KEYS))
+    if unknown:
+        raise fail(f"unknown key(s): {', '.join(unknown)}; valid: {', '.join(REQUIRED_KEYS)}")
+
+    for key in ("name", "title", "base", "metric"):
+        if not isinstance(raw[key], str) or not raw[key].strip():
+            raise fail(f"{key!r} must be a non-empty string")
+    if not isinstance(raw["notes"], str):
+        raise fail("'notes' must be a string")
+    if not _NAME_RE.match(raw["name"]):
+        raise fail(f"name {raw['name']!r} must match {_NAME_RE.pattern}")
+    if not isinstance(raw["lower_is_better"], bool):
+        raise fail("'lower_is_better' must be True or False")
+
+    base_overrides = _check_overrides(raw["base_overrides"], "base_overrides", fail)
+    cells_raw = raw["cells"]
+    if not isinstance(cells_raw, dict) or not cells_raw:
+        raise fail("'cells' must be a non-empty dict of cell name -> overrides dict")
+    cells = {}
+    for cell, overrides in cells_raw.items():
+        if not isinstance(cell, str) or not _NAME_RE.match(cell):
+            raise fail(f"cell name {cell!r} must match {_NAME_RE.pattern}")
+        cells[cell] = _check_overrides(overrides, f"cell {cell!r}", fail)
+
+    extra = raw["extra_metrics"]
+    if not isinstance(extra, (list, tuple)) or not all(isinstance(m, str) for m in extra):
+        raise fail("'extra_metrics' must be a list of strings")
+    if raw["metric"] in extra:
+        raise fail(f"'extra_metrics' repeats the primary metric {raw['metric']!r}")
+    if len(set(extra)) != len(extra):
+        raise fail("'extra_metrics' has duplicates")
+
+    return Grid(
+        name=raw["name"], title=raw["title"], base=raw["base"],
+        base_overrides=base_overrides, cells=cells, metric=raw["metric"],
+        lower_is_better=raw["lower_is_better"], extra_metrics=tuple(extra),
+        paper=_check_paper(raw["paper"], cells, fail), notes=raw["notes"],
+        preset=preset, path=path)
+
+
+def _check_overrides(overrides: Any, where: str, fail) -> dict[str, Any]:
+    if not isinstance(overrides, dict):
+        raise fail(f"{where}: overrides must be a dict of dotted key -> value")
+    for key in overrides:
+        if not isinstance(key, str) or not key or key.startswith(".") or key.endswith("."):
+            raise fail(f"{where}: bad override key {key!r}")
+        if key == "seed":
+            raise fail(f"{where}: sets 'seed'; seeds come from --seeds")
+    return dict(overrides)
+
+
+def _check_paper(paper: Any, cells: dict, fail) -> PaperRef:
+    if not isinstance(paper, dict):
+        raise fail("'paper' must be a dict")
+    missing = [k for k in PAPER_KEYS if k not in paper]
+    if missing:
+        raise fail(f"paper: missing key(s): {', '.join(missing)}")
+    unknown = sorted(set(paper) - set(PAPER_KEYS) - set(PAPER_OPTIONAL_KEYS))
+    if unknown:
+        raise fail(f"paper: unknown key(s): {', '.join(unknown)}")
+    for key in ("metric", "source"):
+        if not isinstance(paper[key], str) or not paper[key].strip():
+            raise fail(f"paper.{key} must be a non-empty string")
+    if not isinstance(paper["higher_is_better"], bool):
+        raise fail("paper.higher_is_better must be True or False")
+
+    values = paper["values"]
+    if not isinstance(values, dict):
+        raise fail("paper.values must be a dict of cell name -> number or None")
+    for cell, value in values.items():
+        if cell not in cells:
+            raise fail(f"paper.values names {cell!r}, which is not a cell; "
+                       f"cells: {', '.join(cells)}")
+        ok = value is None or (isinstance(value, Real) and not isinstance(value, bool)
+                               and math.isfinite(value))
+        if not ok:
+            raise fail(f"paper.values[{cell!r}] must be a finite number or None, got {value!r}")
+    values = {cell: (None if v is None else float(v)) for cell, v in values.items()}
+    numbered = [c for c in cells if values.get(c) is not None]
+    derived = tuple(sorted(numbered, key=lambda c: values[c],
+                           reverse=paper["higher_is_better"]))
+
+    order = paper.get("order")
+    if order is None:
+        return PaperRef(paper["metric"], values, paper["higher_is_better"],
+                        paper["source"], derived, order_is_explicit=False)
+    if not isinstance(order, (list, tuple)) or not order:
+        raise fail("paper.order must be a non-empty list of cell names, best first")
+    for cell in order:
+        if cell not in cells:
+            raise fail(f"paper.order names {cell!r}, which is not a cell; "
+                       f"cells: {', '.join(cells)}")
+    if len(set(order)) != len(order):
+        raise fail("paper.order has duplicates")
+    # Numbers and a stated order must not contradict each other.
+    for i, a in enumerate(order):
+        for b in order[i + 1:]:
+            va, vb = values.get(a), values.get(b)
+            if va is None or vb is None:
+                continue
+            if (va < vb) if paper["higher_is_better"] else (va > vb):
+                raise fail(f"paper.order puts {a!r} before {b!r} but paper.values say otherwise")
+    return PaperRef(paper["metric"], values, paper["higher_is_better"], paper["source"],
+                    tuple(order), order_is_explicit=True)
+
+
+def _one_line(e: BaseException) -> str:
+    text = str(e).strip().splitlines()
+    msg = text[0] if text else type(e).__name__
+    return msg.strip("'\"") if isinstance(e, KeyError) else msg

@@ -1,0 +1,299 @@
+"""table.md and table.csv for a grid, built only from its records.
+
+Per cell: seeds recorded, metric mean ± std (sample std over seeds), the extra
+metrics likewise, the paper's value, and our rank beside the paper's. Ranks are
+taken over the cells that have both a paper rank and a result of ours, so the two
+rank columns are comparable; the summary line says whether the orderings agree
+(every pair the paper orders is ordered the same way by us) and gives Kendall's
+tau-b between the two rankings.
+"""
+from __future__ import annotations
+
+import csv
+import dataclasses
+import io
+import math
+from pathlib import Path
+
+from edge_jax.atomic import write_text_atomic
+from edge_jax.grid.spec import Grid
+
+
+@dataclasses.dataclass
+class Stat:
+    n: int
+    mean: float | None
+    std: float | None        # sample std (ddof=1); None with fewer than 2 values
+
+
+@dataclasses.dataclass
+class Row:
+    cell: str
+    seeds: list[int]
+    stats: dict[str, Stat]   # metric name -> Stat, primary metric first
+    paper_value: float | None
+    paper_rank: int | None
+    our_rank: int | None
+    missing_seeds: list[int]
+
+
+@dataclasses.dataclass
+class Agreement:
+    cells: list[str]         # cells compared, paper order
+    agrees: bool | None      # None when fewer than 2 cells can be compared
+    tau: float | None        # Kendall tau-b; None when undefined
+    discordant: int          # pairs the paper orders that we order otherwise
+    ordered_pairs: int       # pairs the paper orders strictly
+
+
+@dataclasses.dataclass
+class Table:
+    grid: Grid
+    rows: list[Row]
+    agreement: Agreement
+    records: list[dict]
+    ignored: int
+
+
+def stat(values: list[float]) -> Stat:
+    n = len(values)
+    if n == 0:
+        return Stat(0, None, None)
+    mean = sum(values) / n
+    std = math.sqrt(sum((v - mean) ** 2 for v in values) / (n - 1)) if n > 1 else None
+    return Stat(n, mean, std)
+
+
+def competition_ranks(scores: dict[str, float], lower_is_better: bool) -> dict[str, int]:
+    """1 = best; equal scores share the better rank; NaN ranks last."""
+    def key(cell):
+        v = scores[cell]
+        if math.isnan(v):
+            return (1, 0.0)
+        return (0, v if lower_is_better else -v)
+    ordered = sorted(scores, key=key)
+    ranks: dict[str, int] = {}
+    for i, cell in enumerate(ordered):
+        if i and key(ordered[i - 1]) == key(cell):
+            ranks[cell] = ranks[ordered[i - 1]]
+        else:
+            ranks[cell] = i + 1
+    return ranks
+
+
+def kendall_tau_b(x: list[float], y: list[float]) -> float | None:
+    """Kendall's tau-b (handles ties); None when a ranking is all ties."""
+    concordant = discordant = ties_x = ties_y = 0
+    for i in range(len(x)):
+        for j in range(i + 1, len(x)):
+            dx, dy = x[i] - x[j], y[i] - y[j]
+            if dx == 0 and dy == 0:
+                continue
+            if dx == 0:
+                ties_x += 1
+            elif dy == 0:
+                ties_y += 1
+            elif (dx > 0) == (dy > 0):
+                concordant += 1
+            else:
+                discordant += 1
+    denom = math.sqrt((concordant + discordant + ties_x) * (concordant + discordant + ties_y))
+    return (concordant - discordant) / denom if denom else None
+
+
+def ordering_agreement(ours: dict[str, int], paper: dict[str, int]) -> Agreement:
+    """Compare two rankings (1 = best) over the cells both rank."""
+    cells = sorted((c for c in paper if c in ours), key=lambda c: paper[c])
+    if len(cells) < 2:
+        return Agreement(cells, None, None, 0, 0)
+    discordant = ordered = 0
+    for i, a in enumerate(cells):
+        for b in cells[i + 1:]:
+            if paper[a] == paper[b]:
+                continue
+            ordered += 1
+            if (ours[a] < ours[b]) != (paper[a] < paper[b]) or ours[a] == ours[b]:
+                discordant += 1
+    tau = kendall_tau_b([ours[c] for c in cells], [paper[c] for c in cells])
+    agrees = None if ordered == 0 else discordant == 0
+    return Agreement(cells, agrees, tau, discordant, ordered)
+
+
+def build_table(grid: Grid, records: list[dict], seeds: int | None = None) -> Table:
+    """Summarize the records of this grid and preset; `seeds` (0..seeds-1) sets
+    which cell x seed records count as missing."""
+    mine = [r for r in records if r.get("grid") == grid.name
+            and r.get("preset") == grid.preset and r.get("cell") in grid.cells]
+    by_cell: dict[str, list[dict]] = {cell: [] for cell in grid.cells}
+    for rec in sorted(mine, key=lambda r: r["seed"]):
+        by_cell[rec["cell"]].append(rec)
+
+    metric_names = (grid.metric, *grid.extra_metrics)
+    stats = {cell: {m: stat([float(r["metrics"][m]) for r in recs
+                             if _is_number(r.get("metrics", {}).get(m))])
+                    for m in metric_names}
+             for cell, recs in by_cell.items()}
+
+    paper_all = grid.paper.ranks()
+    measured = {c: stats[c][grid.metric].mean for c in grid.cells
+                if stats[c][grid.metric].n > 0}
+    common = [c for c in grid.cells if c in paper_all and c in measured]
+    ours = competition_ranks({c: measured[c] for c in common}, grid.lower_is_better)
+    paper = competition_ranks({c: float(paper_all[c]) for c in common}, True)
+    agreement = ordering_agreement(ours, paper)
+
+    planned = range(seeds) if seeds else ()
+    rows = []
+    for cell, recs in by_cell.items():
+        have = [r["seed"] for r in recs]
+        rows.append(Row(cell=cell, seeds=have, stats=stats[cell],
+                        paper_value=grid.paper.values.get(cell),
+                        paper_rank=paper.get(cell), our_rank=ours.get(cell),
+                        missing_seeds=[s for s in planned if s not in have]))
+    return Table(grid, rows, agreement, mine, ignored=len(records) - len(mine))
+
+
+def write_tables(grid: Grid, records: list[dict], out: str | Path,
+                 seeds: int | None = None) -> Table:
+    """Write OUT/table.md and OUT/table.csv atomically; returns the table."""
+    table = build_table(grid, records, seeds)
+    write_text_atomic(Path(out) / "table.md", markdown(table))
+    write_text_atomic(Path(out) / "table.csv", csv_text(table))
+    return table
+
+
+def markdown(t: Table) -> str:
+    g, p = t.grid, t.grid.paper
+    seeds = sorted({r["seed"] for r in t.records})
+    lines = [f"# {g.title}", ""]
+    lines.append(
+        f"Grid `{g.name}` (`{g.path}`), preset `{g.preset}`, "
+        f"seeds {_list(seeds) or 'none yet'}; commit {_commits(t.records)}; "
+        f"device {_devices(t.records)}.")
+    lines.append(
+        f"Paper metric: {p.metric}, {'higher' if p.higher_is_better else 'lower'} is better "
+        f"({p.source}). Ours: `{g.metric}`, {'lower' if g.lower_is_better else 'higher'} "
+        f"is better, mean ± std over seeds. "
+        + ("The paper gives an ordering without numbers, so only orderings are compared."
+           if p.order_is_explicit and not any(v is not None for v in p.values.values())
+           else "Only the orderings are compared, not the values."))
+    lines.append("")
+    metrics = (g.metric, *g.extra_metrics)
+    header = ["cell", "n", *[f"`{m}`" for m in metrics], f"paper: {p.metric}",
+              "rank (ours)", "rank (paper)"]
+    lines.append("| " + " | ".join(header) + " |")
+    lines.append("|---|" + "---:|" * (len(header) - 1))
+    for row in t.rows:
+        cells = [row.cell, str(row.stats[g.metric].n),
+                 *[_mean_std(row.stats[m]) for m in metrics],
+                 _num(row.paper_value), _num(row.our_rank), _num(row.paper_rank)]
+        lines.append("| " + " | ".join(cells) + " |")
+    lines += ["", _summary(t)]
+    missing = [f"{r.cell} (seed{'s' if len(r.missing_seeds) > 1 else ''} "
+               f"{_list(r.missing_seeds)})" for r in t.rows if r.missing_seeds]
+    if missing:
+        lines += ["", f"Missing records: {'; '.join(missing)}."]
+    if t.ignored:
+        lines += ["", f"Ignored {t.ignored} record(s) of another grid, preset or cell."]
+    if g.notes.strip():
+        lines += ["", f"Notes: {g.notes.strip()}"]
+    lines += ["", "![validation loss vs step, mean over seeds, min-max shaded](curves.png)", ""]
+    return "\n".join(lines)
+
+
+def csv_text(t: Table) -> str:
+    g = t.grid
+    metrics = (g.metric, *g.extra_metrics)
+    buf = io.StringIO()
+    w = csv.writer(buf, lineterminator="\n")
+    w.writerow(["cell", "n_seeds", "seeds", *[f"{m}_{s}" for m in metrics for s in ("mean", "std")],
+                "paper_value", "paper_rank", "our_rank", "missing_seeds"])
+    for r in t.rows:
+        w.writerow([r.cell, r.stats[g.metric].n, ";".join(map(str, r.seeds)),
+                    *[_raw(x) for m in metrics for x in (r.stats[m].mean, r.stats[m].std)],
+                    _raw(r.paper_value), _raw(r.paper_rank), _raw(r.our_rank),
+                    ";".join(map(str, r.missing_seeds))])
+    return buf.getvalue()
+
+
+def _summary(t: Table) -> str:
+    a = t.agreement
+    if a.agrees is None:
+        return ("**Ordering vs paper: not comparable** (fewer than two cells have both "
+                "a paper rank and a result).")
+    ranks = {r.cell: r for r in t.rows}
+    paper_order = _order(a.cells, {c: ranks[c].paper_rank for c in a.cells})
+    our_order = _order(a.cells, {c: ranks[c].our_rank for c in a.cells})
+    tau = "undefined" if a.tau is None else f"{a.tau:.2f}"
+    verdict = ("agrees" if a.agrees else
+               f"disagrees ({a.discordant} of {a.ordered_pairs} ordered pairs differ)")
+    return (f"**Ordering vs paper: {verdict}**; Kendall τ = {tau} over {len(a.cells)} cells. "
+            f"Paper: {paper_order}; ours: {our_order}.")
+
+
+def _order(cells: list[str], ranks: dict[str, int]) -> str:
+    ordered = sorted(cells, key=lambda c: ranks[c])
+    text = ordered[0]
+    for prev, cell in zip(ordered, ordered[1:]):
+        text += (" = " if ranks[prev] == ranks[cell] else " > ") + cell
+    return text
+
+
+def _commits(records: list[dict]) -> str:
+    seen = []
+    for rec in records:
+        git = rec.get("git") or {}
+        sha = git.get("commit")
+        text = f"`{sha[:12]}`" if sha else "unknown"
+        if git.get("dirty"):
+            text += " (dirty)"
+        if text not in seen:
+            seen.append(text)
+    return ", ".join(seen) or "n/a"
+
+
+def _devices(records: list[dict]) -> str:
+    seen = []
+    for rec in records:
+        d = rec.get("device") or {}
+        text = f"{d.get('platform', '?')} x{d.get('device_count', '?')} ({d.get('device_kind', '?')})"
+        if text not in seen:
+            seen.append(text)
+    return ", ".join(seen) or "n/a"
+
+
+def _digits(x: float) -> int:
+    """Decimals that show about four significant digits."""
+    if x == 0 or not math.isfinite(x):
+        return 3
+    return min(6, max(0, 3 - math.floor(math.log10(abs(x)))))
+
+
+def _mean_std(s: Stat) -> str:
+    if s.n == 0 or s.mean is None:
+        return "—"
+    d = _digits(s.mean)
+    if s.std is None:
+        return f"{s.mean:.{d}f}"
+    return f"{s.mean:.{d}f} ± {s.std:.{d}f}"
+
+
+def _num(x) -> str:
+    if x is None:
+        return "—"
+    if isinstance(x, int):
+        return str(x)
+    text = f"{x:.{_digits(x)}f}"
+    return text.rstrip("0").rstrip(".") if "." in text else text
+
+
+def _raw(x) -> str:
+    return "" if x is None else repr(x) if isinstance(x, float) else str(x)
+
+
+def _list(xs) -> str:
+    return ", ".join(map(str, xs))
+
+
+def _is_number(x) -> bool:
+    return isinstance(x, (int, float)) and not isinstance(x, bool)

@@ -1,0 +1,3 @@
+from edge_jax.models.decoder import DecoderLM, ModelConfig
+
+__all__ = ["DecoderLM", "ModelConfig"]

@@ -1,0 +1,31 @@
+"""Model sizes. Paper sizes are Qwen3 shapes from MeKi Table 5 (vocab 151680, RoPE theta 5e5)."""
+from __future__ import annotations
+
+_QWEN3 = dict(vocab_size=151_680, head_dim=128, n_kv_heads=8, rope_theta=500_000.0, qk_norm=True,
+              tie_embeddings=True)
+
+MODEL_SIZES = {
+    # Trains on a 2-core CPU at several thousand tokens/s (byte vocabulary).
+    "tiny": dict(d_model=128, n_layers=4, n_heads=4, n_kv_heads=2, head_dim=32, d_ff=384),
+    "small": dict(d_model=256, n_layers=6, n_heads=8, n_kv_heads=4, head_dim=32, d_ff=768),
+    "qwen3_0p6b": dict(_QWEN3, d_model=1024, n_layers=28, n_heads=16, d_ff=3072),
+    "qwen3_1p7b": dict(_QWEN3, d_model=2048, n_layers=28, n_heads=16, d_ff=6144),
+    "qwen3_4b": dict(_QWEN3, d_model=2560, n_layers=36, n_heads=32, d_ff=9728),
+}
+
+# RAM parameter counts the papers report for the dense baselines (MeKi Table 5).
+PAPER_PARAMS = {"qwen3_0p6b": 0.60e9, "qwen3_1p7b": 1.75e9, "qwen3_4b": 4.12e9}
+
+# Data and schedule per size: tiny/small for this CPU, paper sizes follow MeKi §4.1.
+TRAIN_PRESETS = {
+    "tiny": dict(data=dict(seq_len=128, batch_size=16), train=dict(steps=300, lr=3e-3, min_lr=3e-4,
+                                                                    warmup_steps=30)),
+    "small": dict(data=dict(seq_len=256, batch_size=16), train=dict(steps=1000, lr=2e-3, min_lr=2e-4,
+                                                                     warmup_steps=100)),
+}
+_PAPER_TRAIN = dict(data=dict(seq_len=4096, batch_size=256),
+                    train=dict(steps=50_000, lr=4e-4, min_lr=2e-4, warmup_steps=500, b1=0.9, b2=0.95,
+                               weight_decay=0.1, clip_norm=1.0, schedule="cosine"),
+                    model=dict(dtype="bfloat16"))
+for _name in PAPER_PARAMS:
+    TRAIN_PRESETS[_name] = _PAPER_TRAIN

@@ -1,0 +1,92 @@
+"""Device mesh from the config (axes data, fsdp, tensor) and logical-axis rules.
+
+Parameters and activations carry logical axis names (``embed``, ``mlp``, ``heads`` ...);
+:data:`LOGICAL_RULES` maps them onto mesh axes, MaxText style.
+"""
+from __future__ import annotations
+
+import os
+
+import flax.linen as nn
+import jax
+import numpy as np
+from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+
+from edge_jax.config import ConfigError
+
+MESH_AXES = ("data", "fsdp", "tensor")
+
+LOGICAL_RULES = (
+    ("batch", ("data", "fsdp")),
+    ("seq", None),
+    ("embed", "fsdp"),
+    ("vocab", "tensor"),
+    ("mlp", "tensor"),
+    ("heads", "tensor"),
+    ("kv_heads", "tensor"),
+    ("head_dim", None),
+    ("norm", None),
+)
+
+
+def maybe_initialize_distributed() -> None:
+    """Call ``jax.distributed.initialize`` when the environment describes a multi-process job."""
+    markers = ("JAX_COORDINATOR_ADDRESS", "COORDINATOR_ADDRESS", "SLURM_JOB_ID", "TPU_WORKER_HOSTNAMES",
+               "MEGASCALE_COORDINATOR_ADDRESS")
+    wanted = os.environ.get("EDGE_JAX_DISTRIBUTED", "auto")
+    if wanted == "0" or (wanted == "auto" and not any(m in os.environ for m in markers)):
+        return
+    if jax.distributed.is_initialized():
+        return
+    jax.distributed.initialize()
+
+
+def mesh_shape(mesh_cfg, n_devices: int) -> tuple[int, int, int]:
+    sizes = [int(mesh_cfg[a]) for a in MESH_AXES]
+    fixed = int(np.prod([s for s in sizes if s != -1]))
+    if -1 in sizes:
+        if n_devices % fixed:
+            raise ConfigError(f"mesh {dict(zip(MESH_AXES, sizes))} does not divide {n_devices} devices; "
+                              "pick sizes whose product divides the device count")
+        sizes[sizes.index(-1)] = n_devices // fixed
+    if int(np.prod(sizes)) > n_devices:
+        raise ConfigError(f"mesh {dict(zip(MESH_AXES, sizes))} needs {int(np.prod(sizes))} devices, "
+                          f"only {n_devices} present; shrink mesh.data/fsdp/tensor")
+    return tuple(sizes)
+
+
+def make_mesh(mesh_cfg, devices=None) -> Mesh:
+    devices = list(jax.devices() if devices is None else devices)
+    shape = mesh_shape(mesh_cfg, len(devices))
+    used = int(np.prod(shape))
+    return Mesh(np.asarray(devices[:used]).reshape(shape), MESH_AXES)
+
+
+def check_divisible(config, mesh: Mesh) -> None:
+    """Impossible combinations of sizes and mesh, named in one line."""
+    m, d = config.model, config.data
+    batch_ways = mesh.shape["data"] * mesh.shape["fsdp"]
+    micro = d.batch_size // config.train.grad_accum
+    if micro % batch_ways:
+        raise ConfigError(f"micro-batch {micro} (data.batch_size={d.batch_size} / train.grad_accum="
+                          f"{config.train.grad_accum}) is not divisible by mesh data*fsdp={batch_ways}")
+    t = mesh.shape["tensor"]
+    for key in ("n_heads", "n_kv_heads", "d_ff", "vocab_size"):
+        if m[key] % t:
+            raise ConfigError(f"model.{key}={m[key]} is not divisible by mesh.tensor={t}; change either")
+    if m.d_model % mesh.shape["fsdp"]:
+        raise ConfigError(f"model.d_model={m.d_model} is not divisible by mesh.fsdp={mesh.shape['fsdp']}")
+
+
+def logical_shardings(abstract_tree, mesh: Mesh, rules=LOGICAL_RULES):
+    """NamedShardings for a tree of (possibly boxed) abstract values."""
+    specs = nn.get_partition_spec(abstract_tree)
+    return nn.logical_to_mesh_sharding(specs, mesh, rules)
+
+
+def batch_sharding(mesh: Mesh) -> NamedSharding:
+    return NamedSharding(mesh, P(("data", "fsdp"), None))
+
+
+def replicated(mesh: Mesh) -> NamedSharding:
+    return NamedSharding(mesh, P())

@@ -1,0 +1,41 @@
+"""Thin orbax wrapper: the train state and the data-iterator state saved together, atomically.
+
+orbax writes each step to a temporary directory and renames it when complete, so a run killed
+mid-save leaves the previous checkpoints intact and the partial one is ignored on restart.
+"""
+from __future__ import annotations
+
+import os
+
+import orbax.checkpoint as ocp
+
+
+class Checkpointer:
+    def __init__(self, directory: str, keep: int, every: int):
+        self.directory = os.path.abspath(directory)
+        options = ocp.CheckpointManagerOptions(max_to_keep=keep, save_interval_steps=max(every, 1),
+                                               create=True, cleanup_tmp_directories=True)
+        self._mgr = ocp.CheckpointManager(self.directory, options=options, item_names=("state", "data"))
+
+    def latest_step(self) -> int | None:
+        return self._mgr.latest_step()
+
+    def all_steps(self) -> list[int]:
+        return list(self._mgr.all_steps())
+
+    def save(self, step: int, state, data_state: dict, force: bool = False) -> bool:
+        args = ocp.args.Composite(state=ocp.args.StandardSave(state), data=ocp.args.JsonSave(data_state))
+        return self._mgr.save(step, args=args, force=force)
+
+    def restore(self, step: int, abstract_state):
+        """``abstract_state``: a tree of ``jax.ShapeDtypeStruct`` carrying the target shardings."""
+        args = ocp.args.Composite(state=ocp.args.StandardRestore(abstract_state), data=ocp.args.JsonRestore())
+        out = self._mgr.restore(step, args=args)
+        return out["state"], out["data"]
+
+    def wait(self) -> None:
+        self._mgr.wait_until_finished()
+
+    def close(self) -> None:
+        self._mgr.wait_until_finished()
+        self._mgr.close()

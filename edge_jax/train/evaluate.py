@@ -1,0 +1,36 @@
+"""``edge-jax eval``: validation loss and perplexity of the latest checkpoint in a workdir."""
+from __future__ import annotations
+
+import os
+
+import jax
+
+from edge_jax.data import make_eval_batches
+from edge_jax.sharding import batch_sharding
+from edge_jax.train.checkpoint import Checkpointer
+from edge_jax.train.loop import evaluate, load_workdir_config
+from edge_jax.train.setup import build
+from edge_jax.train.state import abstract_train_state
+from edge_jax.train.step import make_eval_step
+
+
+def restore_latest(workdir: str, devices=None):
+    """``(run_setup, state, step)`` for the newest checkpoint in ``workdir``."""
+    run = build(load_workdir_config(workdir), devices)
+    ckpt = Checkpointer(os.path.join(workdir, "checkpoints"), run.config.train.keep_ckpts, 1)
+    step = ckpt.latest_step()
+    if step is None:
+        raise FileNotFoundError(f"no checkpoint in {workdir}/checkpoints; train first with `edge-jax train`")
+    abstract, _ = abstract_train_state(run.model, run.tx, run.mesh)
+    state, _ = ckpt.restore(step, abstract)
+    ckpt.close()
+    return run, state, step
+
+
+def evaluate_workdir(workdir: str, num_batches: int = 0, split: str = "validation") -> dict:
+    run, state, step = restore_latest(workdir)
+    sharding = batch_sharding(run.mesh)
+    eval_step = jax.jit(make_eval_step(run.model.apply))
+    batches = make_eval_batches(run.config.data, run.tokenizer, split, num_batches)
+    out = evaluate(eval_step, state.params, batches, sharding)
+    return dict(out, step=step, batches=len(batches))

@@ -1,0 +1,124 @@
+"""The training loop: resume, train with jitted steps, log, evaluate, checkpoint."""
+from __future__ import annotations
+
+import json
+import math
+import os
+import time
+
+import jax
+import numpy as np
+
+from edge_jax.data import make_eval_batches, make_train_iter
+from edge_jax.sharding import batch_sharding, maybe_initialize_distributed
+from edge_jax.train.checkpoint import Checkpointer
+from edge_jax.train.metrics import MetricsWriter
+from edge_jax.train.setup import build
+from edge_jax.train.state import abstract_train_state, create_train_state
+from edge_jax.train.step import make_eval_step, make_train_step
+
+
+class TrainingError(RuntimeError):
+    """Training cannot go on (e.g. a non-finite loss); the message says where and what to do."""
+
+
+def to_global(batch: dict, sharding) -> dict:
+    """Process-local numpy batch -> global jax arrays laid out on the mesh."""
+    return {k: jax.make_array_from_process_local_data(sharding, np.asarray(v)) for k, v in batch.items()}
+
+
+def evaluate(eval_step, params, batches, sharding) -> dict:
+    loss_sum, tokens = 0.0, 0.0
+    for batch in batches:
+        out = eval_step(params, to_global(batch, sharding))
+        loss_sum += float(out["loss_sum"])
+        tokens += float(out["tokens"])
+    loss = loss_sum / max(tokens, 1.0)
+    return {"val_loss": loss, "val_ppl": math.exp(min(loss, 50.0))}
+
+
+def save_config(config, workdir: str) -> None:
+    from edge_jax.atomic import write_json_atomic
+    write_json_atomic(os.path.join(workdir, "config.json"), config.to_dict())
+
+
+def train_and_evaluate(config, workdir: str, devices=None) -> dict:
+    """Train (resuming from ``workdir`` if it holds a checkpoint), evaluate, return final metrics."""
+    maybe_initialize_distributed()
+    os.makedirs(workdir, exist_ok=True)
+    run = build(config, devices)
+    cfg, t = run.config, run.config.train
+    lead = jax.process_index() == 0
+    if lead:
+        save_config(cfg, workdir)
+    abstract, shardings = abstract_train_state(run.model, run.tx, run.mesh)
+    data_sharding = batch_sharding(run.mesh)
+    train_iter = make_train_iter(cfg.data, run.tokenizer, cfg.seed, jax.process_index(), jax.process_count())
+    ckpt = Checkpointer(os.path.join(workdir, "checkpoints"), t.keep_ckpts, t.ckpt_every)
+    start = ckpt.latest_step() or 0
+    if start:
+        state, data_state = ckpt.restore(start, abstract)
+        train_iter.set_state(data_state)
+    else:
+        state = create_train_state(run.model, run.tx, run.mesh, cfg.seed)[0]
+    train_step = jax.jit(make_train_step(t.grad_accum, run.schedule), donate_argnums=0,
+                         in_shardings=(shardings, data_sharding), out_shardings=(shardings, None))
+    eval_step = jax.jit(make_eval_step(run.model.apply), in_shardings=(shardings.params, data_sharding))
+    eval_batches = make_eval_batches(cfg.data, run.tokenizer, "validation", t.eval_batches)
+    writer = MetricsWriter(workdir, t.steps, start, enabled=lead)
+    tokens_per_step = cfg.data.batch_size * cfg.data.seq_len
+    timed_steps, timed_s, last, final, result = 0, 0.0, {}, None, {}
+    try:
+        for step in range(start + 1, t.steps + 1):
+            t0 = time.perf_counter()
+            state, metrics = train_step(state, to_global(next(train_iter), data_sharding))
+            metrics = {k: float(v) for k, v in metrics.items()}
+            dt = time.perf_counter() - t0
+            if step > start + 1:  # the first step includes compilation
+                timed_steps, timed_s = timed_steps + 1, timed_s + dt
+            if not (math.isfinite(metrics["loss"]) and math.isfinite(metrics["grad_norm"])):
+                ckpt.wait()
+                good = ckpt.latest_step()
+                raise TrainingError(
+                    f"non-finite loss/grad norm ({metrics['loss']}, {metrics['grad_norm']}) at step {step}; "
+                    f"last good checkpoint is step {good}; lower train.lr or raise train.warmup_steps and rerun")
+            metrics["step_time_s"] = dt
+            metrics["tokens_per_s"] = tokens_per_step / dt
+            last = metrics
+            if step % t.log_every == 0 or step == t.steps:
+                writer.write(step, "train", metrics)
+            writer.progress(step, {"loss": metrics["loss"], "lr": metrics["lr"]})
+            if step % t.eval_every == 0 or step == t.steps:
+                final = evaluate(eval_step, state.params, eval_batches, data_sharding)
+                writer.write(step, "eval", final)
+            if step % t.ckpt_every == 0 or step == t.steps:
+                ckpt.save(step, state, train_iter.get_state(), force=step == t.steps)
+        ckpt.wait()
+        if final is None:  # nothing left to train: the run had already finished
+            final = evaluate(eval_step, state.params, eval_batches, data_sharding)
+            last = _last_train_record(workdir)
+        result = dict(final, train_loss=last.get("loss", float("nan")), steps=t.steps,
+                      tokens_per_s=tokens_per_step * timed_steps / timed_s if timed_s else float("nan"),
+                      step_time_s=timed_s / timed_steps if timed_steps else float("nan"))
+    finally:
+        writer.close()
+        ckpt.close()
+    if lead:
+        from edge_jax.atomic import write_json_atomic
+        write_json_atomic(os.path.join(workdir, "final_metrics.json"), result)
+    return result
+
+
+def _last_train_record(workdir: str) -> dict:
+    from edge_jax.train.metrics import read_jsonl
+    train = [r for r in read_jsonl(os.path.join(workdir, "metrics.jsonl")) if r.get("kind") == "train"]
+    return train[-1] if train else {}
+
+
+def load_workdir_config(workdir: str):
+    import ml_collections
+    path = os.path.join(workdir, "config.json")
+    if not os.path.exists(path):
+        raise FileNotFoundError(f"{path} not found; is {workdir!r} a training workdir? run `edge-jax train` first")
+    with open(path) as f:
+        return ml_collections.ConfigDict(json.load(f))

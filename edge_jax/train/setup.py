@@ -1,0 +1,48 @@
+"""Everything a run needs, built from the config: tokenizer, vocabulary, mesh, model, optimizer."""
+from __future__ import annotations
+
+import dataclasses
+
+import ml_collections
+
+from edge_jax.config import ConfigError
+from edge_jax.data import data_dir_default, get_tokenizer
+from edge_jax.models import DecoderLM, ModelConfig
+from edge_jax.sharding import check_divisible, make_mesh
+from edge_jax.train.optim import make_optimizer
+
+
+@dataclasses.dataclass
+class RunSetup:
+    config: ml_collections.ConfigDict
+    tokenizer: object
+    mesh: object
+    model: DecoderLM
+    tx: object
+    schedule: object
+
+
+def resolve_data_dir(config) -> str:
+    return config.data.data_dir or data_dir_default()
+
+
+def resolve_vocab(config, tokenizer, tensor: int) -> None:
+    """vocab_size 0 -> the tokenizer's size rounded up to a multiple of 8*tensor; too small -> error."""
+    need = tokenizer.vocab_size
+    if config.model.vocab_size == 0:
+        step = 8 * tensor
+        config.model.vocab_size = -(-need // step) * step
+    elif config.model.vocab_size < need:
+        raise ConfigError(f"model.vocab_size={config.model.vocab_size} is smaller than the tokenizer's {need} "
+                          f"({config.data.tokenizer}); set model.vocab_size=0 or >= {need}")
+
+
+def build(config, devices=None) -> RunSetup:
+    config = ml_collections.ConfigDict(config.to_dict())
+    tok = get_tokenizer(config.data.tokenizer, config.data.name, resolve_data_dir(config))
+    mesh = make_mesh(config.mesh, devices)
+    resolve_vocab(config, tok, mesh.shape["tensor"])
+    check_divisible(config, mesh)
+    model = DecoderLM(ModelConfig.from_config(config.model))
+    tx, schedule = make_optimizer(config.train)
+    return RunSetup(config, tok, mesh, model, tx, schedule)

@@ -1,0 +1,46 @@
+"""TrainState creation, sharded from the start (params never materialise unsharded)."""
+from __future__ import annotations
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+from flax.training import train_state
+
+from edge_jax.sharding import logical_shardings
+
+
+class TrainState(train_state.TrainState):
+    """params, opt_state and step; ``apply_fn``/``tx`` are static."""
+
+
+def abstract_params(model: nn.Module, seq_len: int = 8):
+    """Boxed (logically partitioned) parameter shapes, built without allocating memory."""
+    tokens = jnp.zeros((1, seq_len), jnp.int32)
+    return jax.eval_shape(model.init, jax.random.key(0), tokens)
+
+
+def _init_fn(model: nn.Module, tx):
+    tokens = jnp.zeros((1, 8), jnp.int32)
+
+    def init(rng):
+        variables = model.init(rng, tokens)
+        return TrainState.create(apply_fn=model.apply, params=variables["params"], tx=tx)
+
+    return init
+
+
+def abstract_train_state(model: nn.Module, tx, mesh):
+    """``(abstract_state, shardings)``: unboxed ShapeDtypeStructs carrying their mesh shardings."""
+    boxed = jax.eval_shape(_init_fn(model, tx), jax.random.key(0))
+    shardings = logical_shardings(boxed, mesh)
+    abstract = jax.tree_util.tree_map(lambda x, s: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=s),
+                                      nn.unbox(boxed), shardings)
+    return abstract, shardings
+
+
+def create_train_state(model: nn.Module, tx, mesh, seed: int):
+    """Returns ``(state, state_shardings)``; the state is initialised directly in its shardings."""
+    init = _init_fn(model, tx)
+    shardings = abstract_train_state(model, tx, mesh)[1]
+    state = jax.jit(lambda rng: nn.unbox(init(rng)), out_shardings=shardings)(jax.random.key(seed))
+    return state, shardings

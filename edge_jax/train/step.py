@@ -1,0 +1,52 @@
+"""Pure train and eval steps. Build them once per (model, optimizer) and jit with donation."""
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import optax
+
+
+def token_losses(logits_BTV, targets_BT):
+    return optax.softmax_cross_entropy_with_integer_labels(logits_BTV.astype(jnp.float32), targets_BT)
+
+
+def make_train_step(grad_accum: int, schedule):
+    """``train_step(state, batch) -> (state, metrics)``; the batch is split into ``grad_accum`` micro-batches."""
+
+    def loss_fn(params, apply_fn, micro):
+        logits = apply_fn({"params": params}, micro["inputs"])
+        return jnp.mean(token_losses(logits, micro["targets"]))
+
+    def train_step(state, batch):
+        grad_fn = jax.value_and_grad(loss_fn)
+        if grad_accum == 1:
+            loss, grads = grad_fn(state.params, state.apply_fn, batch)
+        else:
+            micro = jax.tree_util.tree_map(
+                lambda x: x.reshape(grad_accum, x.shape[0] // grad_accum, *x.shape[1:]), batch)
+
+            def body(carry, mb):
+                loss_sum, grad_sum = carry
+                loss, grads = grad_fn(state.params, state.apply_fn, mb)
+                return (loss_sum + loss, jax.tree_util.tree_map(jnp.add, grad_sum, grads)), None
+
+            zeros = jax.tree_util.tree_map(jnp.zeros_like, state.params)
+            (loss, grads), _ = jax.lax.scan(body, (jnp.zeros((), jnp.float32), zeros), micro)
+            loss = loss / grad_accum
+            grads = jax.tree_util.tree_map(lambda g: g / grad_accum, grads)
+        metrics = {"loss": loss, "grad_norm": optax.global_norm(grads), "lr": schedule(state.step)}
+        return state.apply_gradients(grads=grads), metrics
+
+    return train_step
+
+
+def make_eval_step(apply_fn):
+    """``eval_step(params, batch) -> {"loss_sum", "tokens"}`` over the batch's masked targets."""
+
+    def eval_step(params, batch):
+        logits = apply_fn({"params": params}, batch["inputs"])
+        mask = batch.get("mask")
+        mask = jnp.ones(batch["targets"].shape, jnp.float32) if mask is None else mask
+        return {"loss_sum": jnp.sum(token_losses(logits, batch["targets"]) * mask), "tokens": jnp.sum(mask)}
+
+    return eval_step

@@ -1,0 +1,30 @@
+"""Test setup: 8 simulated CPU devices (for the sharding tests) and a shared tiny config."""
+import os
+
+os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=8")
+os.environ.setdefault("JAX_PLATFORMS", "cpu")
+
+import pytest  # noqa: E402
+
+
+def tiny_overrides(**extra):
+    """A config small enough for a test to train a few steps in seconds."""
+    base = {
+        "model.d_model": 64, "model.n_layers": 2, "model.n_heads": 4, "model.n_kv_heads": 2,
+        "model.head_dim": 16, "model.d_ff": 128, "data.seq_len": 32, "data.batch_size": 8,
+        "train.steps": 12, "train.warmup_steps": 2, "train.log_every": 1, "train.eval_every": 6,
+        "train.eval_batches": 2, "train.ckpt_every": 4, "mesh.data": 1,
+    }
+    base.update(extra)
+    return base
+
+
+@pytest.fixture
+def tiny_config(tmp_path, monkeypatch):
+    from edge_jax.config import load_config
+    monkeypatch.setenv("EDGE_JAX_DATA", os.environ.get("EDGE_JAX_TEST_DATA", str(tmp_path / "data")))
+
+    def make(**extra):
+        return load_config("configs/lm.py:size=tiny", tiny_overrides(**extra))
+
+    return make

@@ -1,0 +1,191 @@
+"""Token caches, training iterators (state, sharding), eval batches and load_qa."""
+import json
+import os
+import sys
+
+import ml_collections
+import numpy as np
+import pytest
+
+from edge_jax.data import (DataError, data_dir_default, get_tokenizer, load_qa, make_eval_batches,
+                           make_train_iter, resolve_cfg, split_tokens)
+from edge_jax.data.pipeline import Windows
+
+
+def _cfg(data_dir, **kw):
+    base = dict(name="facts", tokenizer="byte", seq_len=32, batch_size=4, data_dir=str(data_dir),
+                text_key="text", facts_entities=20, longctx_length=4096, longctx_examples=200)
+    base.update(kw)
+    return ml_collections.ConfigDict(base)
+
+
+def _numbered_text(tmp_path, lines=3000):
+    """A text: dataset whose every window is different (numbered lines)."""
+    path = tmp_path / "numbers.txt"
+    path.write_text("".join(f"line {i:05d}\n" for i in range(lines)))
+    return f"text:{path}"
+
+
+def _take(it, n):
+    return [next(it) for _ in range(n)]
+
+
+def test_data_dir_default(monkeypatch):
+    monkeypatch.setenv("EDGE_JAX_DATA", "/somewhere")
+    assert data_dir_default() == "/somewhere"
+    monkeypatch.delenv("EDGE_JAX_DATA")
+    assert data_dir_default() == os.path.expanduser("~/.cache/edge_jax")
+
+
+def test_token_cache_is_written_once_and_memory_mapped(tmp_path):
+    cfg = _cfg(tmp_path)
+    tok = get_tokenizer("byte", cfg.name, str(tmp_path))
+    source = resolve_cfg(cfg)
+    tokens = split_tokens(source, "train", tok, str(tmp_path))
+    files = os.listdir(tmp_path / "tokens")
+    assert files == [f"{source.key}-train-byte.npy"]  # no temporary files left behind
+    assert isinstance(split_tokens(source, "train", tok, str(tmp_path)), np.memmap)
+    docs = source.documents("train")
+    assert len(tokens) == sum(len(d.encode()) + 1 for d in docs)
+    eos = np.flatnonzero(np.asarray(tokens) == tok.eos_id)
+    assert len(eos) == len(docs) and eos[-1] == len(tokens) - 1
+    assert tok.decode(tokens[:eos[0]]) == docs[0]
+
+
+def test_train_batches_shape_shift_and_determinism(tmp_path):
+    cfg = _cfg(tmp_path)
+    tok = get_tokenizer("byte", cfg.name, str(tmp_path))
+    a = _take(make_train_iter(cfg, tok, seed=1), 6)
+    b = _take(make_train_iter(cfg, tok, seed=1), 6)
+    c = _take(make_train_iter(cfg, tok, seed=2), 6)
+    for x in a:
+        assert set(x) == {"inputs", "targets"}
+        assert x["inputs"].shape == x["targets"].shape == (4, 32)
+        assert x["inputs"].dtype == x["targets"].dtype == np.int32
+        np.testing.assert_array_equal(x["inputs"][:, 1:], x["targets"][:, :-1])
+    assert all((x["inputs"] == y["inputs"]).all() for x, y in zip(a, b))
+    assert not all((x["inputs"] == y["inputs"]).all() for x, y in zip(a, c))
+
+
+def test_state_restore_replays_the_same_batches(tmp_path):
+    cfg = _cfg(tmp_path, name=_numbered_text(tmp_path, 300), seq_len=16, batch_size=4)
+    tok = get_tokenizer("byte", cfg.name, str(tmp_path))
+    it = make_train_iter(cfg, tok, seed=3)
+    epoch = len(Windows(split_tokens(resolve_cfg(cfg), "train", tok, str(tmp_path)), 16)) // 4
+    _take(it, epoch - 2)  # the state is taken just before an epoch boundary
+    state = json.loads(json.dumps(it.get_state()))
+    expected = _take(it, 5)
+    fresh = make_train_iter(cfg, tok, seed=3)
+    fresh.set_state(state)
+    for x, y in zip(expected, _take(fresh, 5)):
+        np.testing.assert_array_equal(x["inputs"], y["inputs"])
+        np.testing.assert_array_equal(x["targets"], y["targets"])
+
+
+def test_epochs_cover_every_window_and_reshuffle(tmp_path):
+    cfg = _cfg(tmp_path, name=_numbered_text(tmp_path, 400), seq_len=16, batch_size=4)
+    tok = get_tokenizer("byte", cfg.name, str(tmp_path))
+    windows = Windows(split_tokens(resolve_cfg(cfg), "train", tok, str(tmp_path)), 16)
+    per_epoch = len(windows) // 4
+    it = make_train_iter(cfg, tok, seed=0)
+    first = np.concatenate([b["inputs"] for b in _take(it, per_epoch)])
+    second = np.concatenate([b["inputs"] for b in _take(it, per_epoch)])
+    every = {tuple(windows[i][:-1]) for i in range(len(windows))}
+    assert {tuple(r) for r in first} <= every and len({tuple(r) for r in first}) == len(first)
+    assert not (first == second).all()
+
+
+def test_process_shards_are_disjoint(tmp_path):
+    cfg = _cfg(tmp_path, name=_numbered_text(tmp_path, 600), seq_len=16, batch_size=8)
+    tok = get_tokenizer("byte", cfg.name, str(tmp_path))
+    tokens = split_tokens(resolve_cfg(cfg), "train", tok, str(tmp_path))
+    shards = [Windows(tokens, 16, p, 2) for p in range(2)]
+    assert len(shards[0]) == len(shards[1]) == Windows(tokens, 16).total // 2
+    rows = []
+    for p in range(2):
+        it = make_train_iter(cfg, tok, seed=5, process_index=p, process_count=2)
+        batches = _take(it, len(shards[p]) // 4)
+        assert batches[0]["inputs"].shape == (4, 16)
+        rows.append({tuple(r) for b in batches for r in b["inputs"]})
+    assert rows[0] and rows[1] and not rows[0] & rows[1]
+    with pytest.raises(DataError, match="divisible"):
+        make_train_iter(_cfg(tmp_path, batch_size=6), tok, 0, process_index=0, process_count=4)
+
+
+def test_too_long_seq_len_is_one_line_with_fix(tmp_path):
+    cfg = _cfg(tmp_path, facts_entities=4, seq_len=4096, batch_size=8)
+    tok = get_tokenizer("byte", cfg.name, str(tmp_path))
+    with pytest.raises(DataError) as err:
+        make_train_iter(cfg, tok, seed=0)
+    msg = str(err.value)
+    n = len(split_tokens(resolve_cfg(cfg), "train", tok, str(tmp_path)))
+    assert "\n" not in msg and "seq_len 4096" in msg and f"{n} tokens" in msg
+    assert "lower data.seq_len" in msg
+
+
+def test_unknown_dataset_is_one_line_with_fix(tmp_path):
+    tok = get_tokenizer("byte", "facts", str(tmp_path))
+    with pytest.raises(DataError) as err:
+        make_train_iter(_cfg(tmp_path, name="factz"), tok, seed=0)
+    msg = str(err.value)
+    assert "\n" not in msg and "did you mean 'facts'" in msg and "valid names" in msg
+
+
+def test_eval_batches_cover_the_split_with_mask(tmp_path):
+    cfg = _cfg(tmp_path, seq_len=24, batch_size=5)
+    tok = get_tokenizer("byte", cfg.name, str(tmp_path))
+    tokens = np.asarray(split_tokens(resolve_cfg(cfg), "validation", tok, str(tmp_path)))
+    batches = make_eval_batches(cfg, tok)
+    n_windows = -(-(len(tokens) - 1) // 24)
+    assert len(batches) == -(-n_windows // 5)
+    for b in batches:
+        assert b["inputs"].shape == b["targets"].shape == b["mask"].shape == (5, 24)
+        assert b["mask"].dtype == np.float32 and b["inputs"].dtype == np.int32
+    mask = np.concatenate([b["mask"] for b in batches]).reshape(-1)
+    targets = np.concatenate([b["targets"] for b in batches]).reshape(-1)
+    assert mask.sum() == len(tokens) - 1
+    np.testing.assert_array_equal(targets[mask == 1], tokens[1:])
+    assert (targets[mask == 0] == tok.pad_id).all() and batches[-1]["mask"][-1].sum() == 0
+    again = make_eval_batches(cfg, tok)
+    assert all((x["inputs"] == y["inputs"]).all() for x, y in zip(batches, again))
+    assert len(make_eval_batches(cfg, tok, num_batches=1)) == 1
+    train_eval = make_eval_batches(cfg, tok, split="train", num_batches=2)
+    assert len(train_eval) == 2 and train_eval[0]["mask"].all()
+    with pytest.raises(DataError, match="no split 'test'"):
+        make_eval_batches(cfg, tok, split="test")
+
+
+def test_spm_pipeline_and_combined_dataset(tmp_path):
+    name = f"{_numbered_text(tmp_path, 500)}+facts"
+    cfg = _cfg(tmp_path, name=name, seq_len=16, batch_size=4)
+    tok = get_tokenizer("spm:400", name, str(tmp_path))
+    source = resolve_cfg(cfg)
+    tokens = split_tokens(source, "train", tok, str(tmp_path))
+    parts = [split_tokens(p, "train", tok, str(tmp_path)) for p in source.parts]
+    np.testing.assert_array_equal(tokens, np.concatenate(parts))
+    batch = next(make_train_iter(cfg, tok, seed=0))
+    assert batch["inputs"].max() < tok.vocab_size
+    assert len(load_qa(cfg, str(tmp_path))) == 10 * 6  # questions of the facts part
+
+
+def test_load_qa(tmp_path):
+    qa = load_qa(_cfg(tmp_path), "")
+    assert len(qa) == 10 * 6 and all(set(q) == {"prompt", "answer", "task"} for q in qa)
+    long_qa = load_qa(_cfg(tmp_path, name="longctx", longctx_length=512, longctx_examples=8), "")
+    assert {q["task"] for q in long_qa} == {"passkey", "multikey", "aggregate"}
+    with pytest.raises(DataError, match="no question split"):
+        load_qa(_cfg(tmp_path, name=_numbered_text(tmp_path)), str(tmp_path))
+
+
+@pytest.mark.slow
+def test_full_pystdlib_spm_pipeline(tmp_path):
+    cfg = _cfg(tmp_path, name="pystdlib", tokenizer="spm:4096", seq_len=256, batch_size=16)
+    tok = get_tokenizer(cfg.tokenizer, cfg.name, str(tmp_path))
+    assert tok.vocab_size == 4096
+    batch = next(make_train_iter(cfg, tok, seed=0))
+    assert batch["inputs"].shape == (16, 256)
+    assert len(make_eval_batches(cfg, tok)) > 10
+
+
+def test_no_tensorflow_imported():
+    assert "tensorflow" not in sys.modules
