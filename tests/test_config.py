@@ -52,6 +52,6 @@ def test_mesh_conflicts_are_named():
     c = load_config(SPEC, {"mesh.data": 16})
     with pytest.raises(ConfigError, match="needs 16 devices"):
         make_mesh(c.mesh, jax.devices()[:8])
-    c = load_config(SPEC, {"mesh.data": 1, "mesh.tensor": 8, "model.vocab_size": 264})
+    c = load_config(SPEC, {"mesh.data": 1, "mesh.tensor": 8, "model.vocab_size": 320})
     with pytest.raises(ConfigError, match="model.n_heads=4 is not divisible by mesh.tensor=8"):
         check_divisible(c, make_mesh(c.mesh, jax.devices()[:8]))

@@ -168,6 +168,13 @@ def test_spm_pipeline_and_combined_dataset(tmp_path):
     assert len(load_qa(cfg, str(tmp_path))) == 10 * 6  # questions of the facts part
 
 
+def test_spm_from_data_config(tmp_path):
+    tok = get_tokenizer("spm:400", _cfg(tmp_path, facts_entities=10), str(tmp_path))
+    assert os.listdir(tmp_path / "tokenizers") == ["facts-n10_s0-v1.0.0-spm400.model"]
+    text = "Question: What pet does Fa Pejohar have?\nAnswer: dog"
+    assert tok.decode(tok.encode(text)) == text
+
+
 def test_load_qa(tmp_path):
     qa = load_qa(_cfg(tmp_path), "")
     assert len(qa) == 10 * 6 and all(set(q) == {"prompt", "answer", "task"} for q in qa)

@@ -13,21 +13,21 @@ windows with grain (a new order every epoch), repeats forever and batches.
 from __future__ import annotations
 
 import io
+import itertools
 import os
 
 import numpy as np
 
 from edge_jax.data.errors import DataError
-from edge_jax.data.sources import Source, atomic_write_bytes, resolve_cfg
+from edge_jax.data.sources import Source, atomic_write_bytes, data_dir_default, resolve_cfg
 from edge_jax.data.tokenizers import tokenizer_dtype
 
 _READ_THREADS = 2
 _PREFETCH_BATCHES = 4
+_ENCODE_BLOCK = 1024  # documents tokenised at a time (bounded memory on big splits)
 
 
 def _data_dir(data_cfg) -> str:
-    from edge_jax.data.sources import data_dir_default
-
     return getattr(data_cfg, "data_dir", "") or data_dir_default()
 
 
@@ -41,17 +41,15 @@ def split_tokens(source: Source, split: str, tok, data_dir: str) -> np.ndarray:
         return np.concatenate([split_tokens(p, "train", tok, data_dir) for p in source.parts])
     path = tokens_path(data_dir, source, split, tok)
     if not os.path.exists(path):
-        documents = source.documents(split)
-        if not documents:
+        dtype, eos = tokenizer_dtype(tok), np.array([tok.eos_id], dtype=tokenizer_dtype(tok))
+        blocks, docs = [], iter(source.iter_documents(split))
+        while block := list(itertools.islice(docs, _ENCODE_BLOCK)):
+            blocks.append(np.concatenate([piece for ids in tok.encode_many(block)
+                                          for piece in (np.asarray(ids, dtype), eos)]))
+        if not blocks:
             raise DataError(f"dataset '{source.name}' split '{split}' has no documents; "
                             "use another split or dataset")
-        pieces = tok.encode_many(documents)
-        flat = np.empty(sum(len(p) + 1 for p in pieces), dtype=tokenizer_dtype(tok))
-        at = 0
-        for p in pieces:
-            flat[at:at + len(p)] = p
-            flat[at + len(p)] = tok.eos_id
-            at += len(p) + 1
+        flat = np.concatenate(blocks)
         buf = io.BytesIO()
         np.save(buf, flat, allow_pickle=False)
         atomic_write_bytes(path, buf.getvalue())

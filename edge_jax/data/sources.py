@@ -21,11 +21,12 @@ import difflib
 import functools
 import glob as globlib
 import hashlib
+import itertools
 import logging
 import os
 import re
 import tempfile
-from typing import Callable
+from typing import Callable, Iterator
 
 from edge_jax.data.errors import DataError
 
@@ -65,24 +66,30 @@ def _safe(text: str, limit: int = 100) -> str:
 
 @dataclasses.dataclass
 class Source:
-    """Documents of one dataset. `load(split)` returns a list of records (dicts with 'text'
-    and, for question splits, 'prompt', 'answer', 'task')."""
+    """Documents of one dataset. `load(split)` streams records (dicts with 'text' and, for
+    question splits, 'prompt', 'answer', 'task') in a fixed order."""
 
     name: str
     key: str
     splits: tuple[str, ...]
-    load: Callable[[str], list[dict]]
+    load: Callable[[str], Iterator[dict]]
     qa_split: str | None = None
     parts: tuple["Source", ...] = ()
 
-    def records(self, split: str) -> list[dict]:
+    def iter_records(self, split: str) -> Iterator[dict]:
         if split not in self.splits:
             raise DataError(f"dataset '{self.name}' has no split '{split}' (it has "
                             f"{', '.join(self.splits)}); pass one of those")
         return self.load(split)
 
+    def records(self, split: str) -> list[dict]:
+        return list(self.iter_records(split))
+
+    def iter_documents(self, split: str) -> Iterator[str]:
+        return (r["text"] for r in self.iter_records(split))
+
     def documents(self, split: str) -> list[str]:
-        return [r["text"] for r in self.records(split)]
+        return list(self.iter_documents(split))
 
     def qa(self) -> list[dict]:
         with_qa = [p for p in self.parts if p.qa_split]
@@ -99,12 +106,11 @@ def _decode(record: dict, keys) -> dict:
             for k, v in record.items() if k in keys}
 
 
-def _read_split(data_source, keys=("text", "prompt", "answer", "task")) -> list[dict]:
+def _read_split(data_source, keys=("text", "prompt", "answer", "task")) -> Iterator[dict]:
     n = len(data_source)
-    out = []
     for start in range(0, n, 1024):
-        out.extend(_decode(r, keys) for r in data_source.__getitems__(list(range(start, min(n, start + 1024)))))
-    return out
+        for r in data_source.__getitems__(list(range(start, min(n, start + 1024)))):
+            yield _decode(r, keys)
 
 
 @contextlib.contextmanager
@@ -131,6 +137,21 @@ def _builder_config(kind: str, params: tuple):
             "longctx": longctx.make_config}[kind](*params)
 
 
+def _prepared(cls, config, tfds_dir: str):
+    """The builder, prepared. tfds writes into an `incomplete.*` folder and renames it when
+    done (removing it on failure), so an interrupted run leaves nothing that looks prepared.
+    If another process finishes first, our rename fails and its result is used."""
+    builder = cls(config=config, data_dir=tfds_dir, file_format="array_record")
+    if not builder.is_prepared():
+        try:
+            builder.download_and_prepare()
+        except OSError:
+            builder = cls(config=config, data_dir=tfds_dir, file_format="array_record")
+            if not builder.is_prepared():
+                raise
+    return builder
+
+
 def _builtin(kind: str, data_dir: str, params: tuple) -> Source:
     from edge_jax.data.builders import BUILDERS
 
@@ -142,13 +163,10 @@ def _builtin(kind: str, data_dir: str, params: tuple) -> Source:
     cls = BUILDERS[kind]
     sources: dict[str, object] = {}
 
-    def load(split: str) -> list[dict]:
+    def load(split: str) -> Iterator[dict]:
         if split not in sources:
             with _quiet_tfds():
-                builder = cls(config=config, data_dir=os.path.join(data_dir, "tfds"),
-                              file_format="array_record")
-                if not builder.is_prepared():  # tfds writes to a temp folder, then renames it
-                    builder.download_and_prepare()
+                builder = _prepared(cls, config, os.path.join(data_dir, "tfds"))
                 sources[split] = builder.as_data_source(split=split)
         return _read_split(sources[split])
 
@@ -188,13 +206,13 @@ def _tfds(name: str, data_dir: str, text_key: str) -> Source:
                         f"{', '.join(features)}); set data.text_key to the text feature")
     splits = tuple(sorted(builder.info.splits.keys()))
 
-    def load(split: str) -> list[dict]:
+    def load(split: str) -> Iterator[dict]:
         try:
             ds = tfds.data_source(name, split=split, data_dir=where, download=False)
         except NotImplementedError as e:
             raise DataError(f"TFDS dataset '{name}' cannot be read without TensorFlow ({e}); "
                             "rebuild it with --file_format=array_record") from None
-        return [{"text": r["text_key"]} for r in _read_split(_Renamed(ds, text_key), ("text_key",))]
+        return ({"text": r["text_key"]} for r in _read_split(_Renamed(ds, text_key), ("text_key",)))
 
     return Source(f"tfds:{name}", _safe(f"tfds-{name}-{builder.info.version}-{text_key}"),
                   splits, load)
@@ -230,21 +248,18 @@ def _text(pattern: str) -> Source:
 
     by_file = any(is_val(r) for r in rels) and not all(is_val(r) for r in rels)
 
-    def load(split: str) -> list[dict]:
-        out = []
+    def load(split: str) -> Iterator[dict]:
         for rel, path in zip(rels, paths):
+            if by_file and is_val(rel) != (split == "validation"):
+                continue
             with open(path, encoding="utf-8", errors="replace") as f:
                 text = f.read()
-            if by_file:
-                if is_val(rel) == (split == "validation"):
-                    out.append(text)
-                continue
-            # Too few files for a split by file: the last ~2% of each file (from a line start).
-            cut = text.rfind("\n", 0, len(text) - len(text) * TEXT_VALIDATION_PER_MILLE // 1000) + 1
-            part = text[:cut] if split == "train" else text[cut:]
-            if part:
-                out.append(part)
-        return [{"text": t} for t in out]
+            if not by_file:  # too few files to split by file: the last ~2% of each file
+                cut = len(text) - len(text) * TEXT_VALIDATION_PER_MILLE // 1000
+                cut = text.rfind("\n", 0, cut) + 1 or cut  # from a line start where there is one
+                text = text[:cut] if split == "train" else text[cut:]
+            if text:
+                yield {"text": text}
 
     return Source(f"text:{pattern}", key, ("train", "validation"), load)
 
@@ -252,10 +267,10 @@ def _text(pattern: str) -> Source:
 def _combined(parts: list[Source]) -> Source:
     first = parts[0]
 
-    def load(split: str) -> list[dict]:
+    def load(split: str) -> Iterator[dict]:
         if split == "train":
-            return [r for p in parts for r in p.records("train")]
-        return first.records(split)
+            return itertools.chain.from_iterable(p.iter_records("train") for p in parts)
+        return first.iter_records(split)
 
     return Source("+".join(p.name for p in parts), _safe("+".join(p.key for p in parts), 150),
                   first.splits, load, parts=tuple(parts))

@@ -24,10 +24,12 @@ import io
 import os
 import re
 
+from typing import Iterable
+
 import numpy as np
 
 from edge_jax.data.errors import DataError
-from edge_jax.data.sources import atomic_write_bytes, data_dir_default, resolve
+from edge_jax.data.sources import atomic_write_bytes, data_dir_default, resolve, resolve_cfg
 
 # Training input cap: a deterministic subsample of at most this many characters. BPE training
 # on 5M characters takes a few seconds on 2 CPU cores and is byte-for-byte reproducible.
@@ -126,22 +128,30 @@ class HfTokenizer:
         return self.tok.decode([int(i) for i in ids], skip_special_tokens=False)
 
 
-def spm_training_text(documents: list[str], char_budget: int = SPM_CHAR_BUDGET) -> list[str]:
-    """Deterministic training input: documents cut into chunks of a few lines, then every k-th
-    chunk so that the total stays near `char_budget` characters."""
-    chunks = []
+def spm_training_text(documents: Iterable[str], char_budget: int = SPM_CHAR_BUDGET) -> list[str]:
+    """Deterministic, bounded training input in one pass: documents are cut into chunks of a
+    few lines and every k-th chunk is kept, k doubling whenever the kept text passes twice
+    `char_budget` (so at most ~2x the budget is held however large the split is)."""
+    kept: list[tuple[int, str]] = []
+    size, stride, index = 0, 1, 0
     for doc in documents:
         lines = doc.split("\n")
         for i in range(0, len(lines), _SPM_CHUNK_LINES):
-            chunk = "\n".join(lines[i:i + _SPM_CHUNK_LINES])
-            if chunk.strip():
-                chunks.append(chunk[:16000])
-    total = sum(len(c) for c in chunks)
-    step = max(1, -(-total // char_budget))
-    return chunks[::step]
+            chunk = "\n".join(lines[i:i + _SPM_CHUNK_LINES])[:16000]
+            if not chunk.strip():
+                continue
+            if index % stride == 0:
+                kept.append((index, chunk))
+                size += len(chunk)
+                while size > 2 * char_budget:
+                    stride *= 2
+                    kept = [(j, c) for j, c in kept if j % stride == 0]
+                    size = sum(len(c) for _, c in kept)
+            index += 1
+    return [c for _, c in kept]
 
 
-def train_spm(documents: list[str], vocab_size: int, out_path: str) -> None:
+def train_spm(documents: Iterable[str], vocab_size: int, out_path: str) -> None:
     """Train a byte-fallback BPE sentencepiece model on `documents`; write it atomically."""
     import sentencepiece as spm
 
@@ -168,10 +178,10 @@ def _trained_spm(vocab: str, dataset: str, data_dir: str) -> SpmTokenizer:
     if vocab_size < 300:
         raise DataError(f"bad tokenizer spec 'spm:{vocab}'; give a vocabulary size of at least 300 "
                         "(256 byte-fallback pieces + specials), e.g. 'spm:4096'")
-    source = resolve(dataset, data_dir)
+    source = resolve(dataset, data_dir) if isinstance(dataset, str) else resolve_cfg(dataset, data_dir)
     path = os.path.join(data_dir, "tokenizers", f"{source.key}-spm{vocab_size}.model")
     if not os.path.exists(path):
-        train_spm(source.documents("train"), vocab_size, path)
+        train_spm(source.iter_documents("train"), vocab_size, path)
     return SpmTokenizer(path, name=f"spm{vocab_size}-{_file_hash(path)}")
 
 
@@ -183,10 +193,12 @@ def _existing_file(path: str, what: str) -> str:
     return path
 
 
-def get_tokenizer(spec: str, dataset: str, data_dir: str = ""):
-    """Build the tokenizer named by `spec` (see module docstring). `dataset` (a data.name such as
-    'pystdlib') is only used by 'spm:<V>', which trains on its train split with the dataset's
-    default parameters, so one vocabulary serves a whole sweep over facts/longctx sizes."""
+def get_tokenizer(spec: str, dataset, data_dir: str = ""):
+    """Build the tokenizer named by `spec` (see module docstring). `dataset` is only used by
+    'spm:<V>', which trains on its train split: a data.name such as 'pystdlib' means that
+    dataset with default parameters (facts_entities=2000, longctx 4096 x 200, text_key 'text'),
+    so one vocabulary serves a whole sweep over facts/longctx sizes; pass the data config
+    itself instead to train on exactly its dataset (e.g. a tfds: dataset with another text_key)."""
     data_dir = data_dir or data_dir_default()
     spec = (spec or "").strip()
     kind, _, arg = spec.partition(":")

@@ -31,7 +31,7 @@ def report_params(config) -> str:
         from edge_jax.train.setup import resolve_data_dir, resolve_vocab
         from edge_jax.data import get_tokenizer
         config = ml_collections.ConfigDict(config.to_dict())
-        resolve_vocab(config, get_tokenizer(config.data.tokenizer, config.data.name, resolve_data_dir(config)), 1)
+        resolve_vocab(config, get_tokenizer(config.data.tokenizer, config.data.name, resolve_data_dir(config)))
     counts = param_breakdown(ModelConfig.from_config(config.model))
     lines = [f"{k:>14}: {v / 1e9:.4f}B ({v:,})" for k, v in counts.items()]
     paper = paper_size_of(config.model)

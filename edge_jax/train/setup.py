@@ -26,12 +26,14 @@ def resolve_data_dir(config) -> str:
     return config.data.data_dir or data_dir_default()
 
 
-def resolve_vocab(config, tokenizer, tensor: int) -> None:
-    """vocab_size 0 -> the tokenizer's size rounded up to a multiple of 8*tensor; too small -> error."""
+VOCAB_MULTIPLE = 64  # independent of the mesh, so every mesh builds the same model
+
+
+def resolve_vocab(config, tokenizer) -> None:
+    """vocab_size 0 -> the tokenizer's size rounded up to a multiple of 64; too small -> error."""
     need = tokenizer.vocab_size
     if config.model.vocab_size == 0:
-        step = 8 * tensor
-        config.model.vocab_size = -(-need // step) * step
+        config.model.vocab_size = -(-need // VOCAB_MULTIPLE) * VOCAB_MULTIPLE
     elif config.model.vocab_size < need:
         raise ConfigError(f"model.vocab_size={config.model.vocab_size} is smaller than the tokenizer's {need} "
                           f"({config.data.tokenizer}); set model.vocab_size=0 or >= {need}")
@@ -41,7 +43,7 @@ def build(config, devices=None) -> RunSetup:
     config = ml_collections.ConfigDict(config.to_dict())
     tok = get_tokenizer(config.data.tokenizer, config.data.name, resolve_data_dir(config))
     mesh = make_mesh(config.mesh, devices)
-    resolve_vocab(config, tok, mesh.shape["tensor"])
+    resolve_vocab(config, tok)
     check_divisible(config, mesh)
     model = DecoderLM(ModelConfig.from_config(config.model))
     tx, schedule = make_optimizer(config.train)

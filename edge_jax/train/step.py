@@ -34,7 +34,7 @@ def make_train_step(grad_accum: int, schedule):
             (loss, grads), _ = jax.lax.scan(body, (jnp.zeros((), jnp.float32), zeros), micro)
             loss = loss / grad_accum
             grads = jax.tree_util.tree_map(lambda g: g / grad_accum, grads)
-        metrics = {"loss": loss, "grad_norm": optax.global_norm(grads), "lr": schedule(state.step)}
+        metrics = {"loss": loss, "grad_norm": optax.tree.norm(grads), "lr": schedule(state.step)}
         return state.apply_gradients(grads=grads), metrics
 
     return train_step
