@@ -38,7 +38,8 @@ def _cmd_train(args, overrides) -> int:
 
 def _cmd_eval(args, overrides) -> int:
     from edge_jax.train.evaluate import evaluate_workdir
-    result = evaluate_workdir(args.workdir, num_batches=args.batches, split=args.split)
+    result = evaluate_workdir(args.workdir, num_batches=args.batches, split=args.split, qa=args.qa,
+                              max_questions=args.max_questions)
     print(" ".join(f"{k}={v:.5g}" if isinstance(v, float) else f"{k}={v}" for k, v in result.items()))
     return 0
 
@@ -61,6 +62,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--workdir", required=True)
     p.add_argument("--batches", type=int, default=0, help="0 = the whole split")
     p.add_argument("--split", default="validation")
+    p.add_argument("--qa", action="store_true", help="also score exact match on the question split (facts, longctx)")
+    p.add_argument("--max-questions", type=int, default=0, help="0 = all questions")
     p.set_defaults(fn=_cmd_eval)
     p = sub.add_parser("params", help="parameter counts (built abstractly, no memory used)")
     p.add_argument("--config", required=True)

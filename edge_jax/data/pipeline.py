@@ -19,7 +19,8 @@ import os
 import numpy as np
 
 from edge_jax.data.errors import DataError
-from edge_jax.data.sources import Source, atomic_write_bytes, data_dir_default, resolve_cfg
+from edge_jax.atomic import write_bytes_atomic
+from edge_jax.data.sources import Source, data_dir_default, resolve_cfg
 from edge_jax.data.tokenizers import tokenizer_dtype
 
 _READ_THREADS = 2
@@ -52,7 +53,7 @@ def split_tokens(source: Source, split: str, tok, data_dir: str) -> np.ndarray:
         flat = np.concatenate(blocks)
         buf = io.BytesIO()
         np.save(buf, flat, allow_pickle=False)
-        atomic_write_bytes(path, buf.getvalue())
+        write_bytes_atomic(path, buf.getvalue())
     return np.load(path, mmap_mode="r")
 
 

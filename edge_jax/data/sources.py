@@ -25,7 +25,6 @@ import itertools
 import logging
 import os
 import re
-import tempfile
 from typing import Callable, Iterator
 
 from edge_jax.data.errors import DataError
@@ -40,21 +39,6 @@ TEXT_VALIDATION_PER_MILLE = 20
 def data_dir_default() -> str:
     """$EDGE_JAX_DATA if set, else ~/.cache/edge_jax."""
     return os.environ.get("EDGE_JAX_DATA") or os.path.join(os.path.expanduser("~"), ".cache", "edge_jax")
-
-
-def atomic_write_bytes(path: str, data: bytes) -> None:
-    """Write via a temporary file in the same folder and os.replace, so readers never see a
-    partial file."""
-    os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path) or ".", prefix=".tmp-")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
 
 
 def _safe(text: str, limit: int = 100) -> str:

@@ -29,7 +29,8 @@ from typing import Iterable
 import numpy as np
 
 from edge_jax.data.errors import DataError
-from edge_jax.data.sources import atomic_write_bytes, data_dir_default, resolve, resolve_cfg
+from edge_jax.atomic import write_bytes_atomic
+from edge_jax.data.sources import data_dir_default, resolve, resolve_cfg
 
 # Training input cap: a deterministic subsample of at most this many characters. BPE training
 # on 5M characters takes a few seconds on 2 CPU cores and is byte-for-byte reproducible.
@@ -167,7 +168,7 @@ def train_spm(documents: Iterable[str], vocab_size: int, out_path: str) -> None:
         split_digits=True, user_defined_symbols=["\n"], pad_id=0, unk_id=1, bos_id=2, eos_id=3,
         max_sentence_length=16384, input_sentence_size=0, shuffle_input_sentence=False,
         hard_vocab_limit=False, num_threads=2, minloglevel=2)
-    atomic_write_bytes(out_path, model.getvalue())
+    write_bytes_atomic(out_path, model.getvalue())
 
 
 def _trained_spm(vocab: str, dataset: str, data_dir: str) -> SpmTokenizer:

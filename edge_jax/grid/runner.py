@@ -225,21 +225,16 @@ def read_curves(metrics_path: str | Path) -> dict[str, list[list[float]]]:
 
     A resumed run may log a step twice; the later line wins. Sorted by step.
     """
+    from edge_jax.train.metrics import read_jsonl
     val: dict[int, float] = {}
     train: dict[int, float] = {}
-    path = Path(metrics_path)
-    if path.exists():
-        for line in path.read_text().splitlines():
-            try:
-                row = json.loads(line)
-            except ValueError:
-                continue  # a line cut short by a kill
-            if not isinstance(row, dict) or "step" not in row:
-                continue
-            if row.get("kind") == "eval" and _is_number(row.get("val_loss")):
-                val[int(row["step"])] = float(row["val_loss"])
-            elif row.get("kind") == "train" and _is_number(row.get("loss")):
-                train[int(row["step"])] = float(row["loss"])
+    for row in read_jsonl(str(metrics_path)):
+        if not isinstance(row, dict) or "step" not in row:
+            continue
+        if row.get("kind") == "eval" and _is_number(row.get("val_loss")):
+            val[int(row["step"])] = float(row["val_loss"])
+        elif row.get("kind") == "train" and _is_number(row.get("loss")):
+            train[int(row["step"])] = float(row["loss"])
     return {"val_loss": [[s, val[s]] for s in sorted(val)],
             "train_loss": [[s, train[s]] for s in sorted(train)]}
 

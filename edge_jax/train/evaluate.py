@@ -5,11 +5,12 @@ import os
 
 import jax
 
-from edge_jax.data import make_eval_batches
+from edge_jax.data import load_qa, make_eval_batches
+from edge_jax.models.generate import exact_match
 from edge_jax.sharding import batch_sharding
 from edge_jax.train.checkpoint import Checkpointer
 from edge_jax.train.loop import evaluate, load_workdir_config
-from edge_jax.train.setup import build
+from edge_jax.train.setup import build, resolve_data_dir
 from edge_jax.train.state import abstract_train_state
 from edge_jax.train.step import make_eval_step
 
@@ -27,10 +28,16 @@ def restore_latest(workdir: str, devices=None):
     return run, state, step
 
 
-def evaluate_workdir(workdir: str, num_batches: int = 0, split: str = "validation") -> dict:
+def evaluate_workdir(workdir: str, num_batches: int = 0, split: str = "validation",
+                     qa: bool = False, max_questions: int = 0) -> dict:
+    """Validation loss/perplexity; with ``qa``, also exact match on the dataset's question split."""
     run, state, step = restore_latest(workdir)
     sharding = batch_sharding(run.mesh)
     eval_step = jax.jit(make_eval_step(run.model.apply))
     batches = make_eval_batches(run.config.data, run.tokenizer, split, num_batches)
-    out = evaluate(eval_step, state.params, batches, sharding)
-    return dict(out, step=step, batches=len(batches))
+    out = dict(evaluate(eval_step, state.params, batches, sharding), step=step, batches=len(batches))
+    if qa:
+        questions = load_qa(run.config.data, resolve_data_dir(run.config))
+        questions = questions[:max_questions] if max_questions else questions
+        out.update(exact_match(run.model.apply, state.params, run.tokenizer, questions))
+    return out

@@ -27,10 +27,17 @@ def to_global(batch: dict, sharding) -> dict:
     return {k: jax.make_array_from_process_local_data(sharding, np.asarray(v)) for k, v in batch.items()}
 
 
+def process_rows(batch: dict) -> dict:
+    """This process's share of the rows of a global host batch."""
+    n, i = jax.process_count(), jax.process_index()
+    return {k: v[i * (len(v) // n):(i + 1) * (len(v) // n)] for k, v in batch.items()}
+
+
 def evaluate(eval_step, params, batches, sharding) -> dict:
+    """Token-weighted validation loss over global eval batches."""
     loss_sum, tokens = 0.0, 0.0
     for batch in batches:
-        out = eval_step(params, to_global(batch, sharding))
+        out = eval_step(params, to_global(process_rows(batch), sharding))
         loss_sum += float(out["loss_sum"])
         tokens += float(out["tokens"])
     loss = loss_sum / max(tokens, 1.0)

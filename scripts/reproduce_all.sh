@@ -1,0 +1,14 @@
+#!/usr/bin/env bash
+# Run every ablation grid at a preset (default tiny) and write results/<name>/ tables.
+# Usage: bash scripts/reproduce_all.sh [tiny|paper] [seeds]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+preset=${1:-tiny}
+seeds=${2:-2}
+bash scripts/setup.sh
+status=0
+for ablation in ablations/*.py; do
+  echo "== $ablation ($preset, $seeds seeds)"
+  .venv/bin/edge-jax grid "$ablation" --preset "$preset" --seeds "$seeds" || status=1
+done
+exit $status
