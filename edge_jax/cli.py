@@ -85,6 +85,9 @@ def main(argv: list[str] | None = None) -> int:
     try:
         rest, overrides = _split_config_overrides(argv)
         args = parser.parse_args(rest)
+        if overrides and args.command not in ("train", "params", "bench"):
+            raise ConfigError(f"--config.* overrides do not apply to `{args.command}`"
+                              + ("; use --set KEY=VALUE" if args.command == "grid" else ""))
         return args.fn(args, overrides) or 0
     except (ConfigError, FileNotFoundError) as e:
         print(f"edge-jax: error: {e}", file=sys.stderr)

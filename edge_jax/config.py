@@ -123,17 +123,8 @@ def apply_overrides(c: ml_collections.ConfigDict, overrides: Mapping[str, Any] |
         node = c
         for p in path:
             node = node[p]
-        with node.unlocked() if hasattr(node, "unlocked") else _null():
-            node[leaf] = _coerce(raw, node[leaf], key)
+        node[leaf] = _coerce(raw, node[leaf], key)
     return c
-
-
-class _null:
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *a):
-        return False
 
 
 def load_config(spec: str, overrides: Mapping[str, Any] | Iterable[str] = ()) -> ml_collections.ConfigDict:

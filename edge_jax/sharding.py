@@ -10,7 +10,8 @@ import os
 import flax.linen as nn
 import jax
 import numpy as np
-from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+from jax.sharding import Mesh, NamedSharding
+from jax.sharding import PartitionSpec as P
 
 from edge_jax.config import ConfigError
 

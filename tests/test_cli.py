@@ -1,7 +1,6 @@
 import subprocess
 import sys
 
-
 from edge_jax.cli import main
 
 

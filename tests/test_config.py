@@ -48,6 +48,7 @@ def test_cli_config_flags():
 
 def test_mesh_conflicts_are_named():
     import jax
+
     from edge_jax.sharding import check_divisible, make_mesh
     c = load_config(SPEC, {"mesh.data": 16})
     with pytest.raises(ConfigError, match="needs 16 devices"):

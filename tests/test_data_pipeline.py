@@ -7,8 +7,16 @@ import ml_collections
 import numpy as np
 import pytest
 
-from edge_jax.data import (DataError, data_dir_default, get_tokenizer, load_qa, make_eval_batches,
-                           make_train_iter, resolve_cfg, split_tokens)
+from edge_jax.data import (
+    DataError,
+    data_dir_default,
+    get_tokenizer,
+    load_qa,
+    make_eval_batches,
+    make_train_iter,
+    resolve_cfg,
+    split_tokens,
+)
 from edge_jax.data.pipeline import Windows
 
 

@@ -8,8 +8,12 @@ torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 pytest.importorskip("safetensors")
 
-from edge_jax.interop.qwen3 import (load_hf_model, load_safetensors, model_config_from_hf,  # noqa: E402
-                                    params_from_hf_state_dict)
+from edge_jax.interop.qwen3 import (  # noqa: E402
+    load_hf_model,
+    load_safetensors,
+    model_config_from_hf,
+    params_from_hf_state_dict,
+)
 from edge_jax.models.decoder import DecoderLM  # noqa: E402
 
 TOL = 1e-4
@@ -65,8 +69,8 @@ def test_logits_match_hf(tie):
 
 
 def test_param_tree_matches_init():
-    import jax
     import flax.linen as nn
+    import jax
     model = _tiny_model(False)
     cfg, params = load_hf_model(model)
     init = nn.unbox(jax.eval_shape(DecoderLM(cfg).init, jax.random.PRNGKey(0), np.zeros((1, 4), np.int32)))

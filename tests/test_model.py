@@ -65,6 +65,7 @@ def test_decoder_is_causal_and_param_axes_named():
 
 def test_untied_head_and_bf16_compute():
     import dataclasses
+
     import flax.linen as nn
     cfg = dataclasses.replace(CFG, tie_embeddings=False, dtype="bfloat16")
     model = DecoderLM(cfg)

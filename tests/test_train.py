@@ -9,8 +9,8 @@ import time
 import jax
 import numpy as np
 import pytest
-
 from conftest import tiny_overrides
+
 from edge_jax.train.loop import TrainingError, train_and_evaluate
 from edge_jax.train.metrics import read_jsonl
 
@@ -98,3 +98,12 @@ def test_sigkill_then_resume_is_bitwise_identical(tmp_path):
     assert [a[s] for s in sorted(a)] == [b[s] for s in sorted(b)]  # bitwise on CPU
     with open(os.path.join(ref, "final_metrics.json")) as f, open(os.path.join(killed, "final_metrics.json")) as g:
         assert json.load(f)["val_loss"] == json.load(g)["val_loss"]
+
+
+def test_resume_with_another_model_is_refused(tiny_config, tmp_path):
+    wd = str(tmp_path / "run")
+    train_and_evaluate(tiny_config(**{"train.steps": 3}), wd)
+    with pytest.raises(TrainingError, match=r"different model\.d_model; use a new --workdir"):
+        train_and_evaluate(tiny_config(**{"train.steps": 5, "model.d_model": 32}), wd)
+    train_and_evaluate(tiny_config(**{"train.steps": 5}), wd)  # more steps: resumes
+    assert sorted(losses(wd)) == [1, 2, 3, 4, 5]

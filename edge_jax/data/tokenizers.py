@@ -23,13 +23,12 @@ import hashlib
 import io
 import os
 import re
-
 from typing import Iterable
 
 import numpy as np
 
-from edge_jax.data.errors import DataError
 from edge_jax.atomic import write_bytes_atomic
+from edge_jax.data.errors import DataError
 from edge_jax.data.sources import data_dir_default, resolve, resolve_cfg
 
 # Training input cap: a deterministic subsample of at most this many characters. BPE training

@@ -28,8 +28,8 @@ def paper_size_of(model: ml_collections.ConfigDict) -> str | None:
 
 def report_params(config) -> str:
     if config.model.vocab_size == 0:
-        from edge_jax.train.setup import resolve_data_dir, resolve_vocab
         from edge_jax.data import get_tokenizer
+        from edge_jax.train.setup import resolve_data_dir, resolve_vocab
         config = ml_collections.ConfigDict(config.to_dict())
         resolve_vocab(config, get_tokenizer(config.data.tokenizer, config.data.name, resolve_data_dir(config)))
     counts = param_breakdown(ModelConfig.from_config(config.model))

@@ -9,10 +9,11 @@ import time
 import jax
 import numpy as np
 
+from edge_jax.atomic import write_json_atomic
 from edge_jax.data import make_eval_batches, make_train_iter
 from edge_jax.sharding import batch_sharding, maybe_initialize_distributed
 from edge_jax.train.checkpoint import Checkpointer
-from edge_jax.train.metrics import MetricsWriter
+from edge_jax.train.metrics import MetricsWriter, read_jsonl
 from edge_jax.train.setup import build
 from edge_jax.train.state import abstract_train_state, create_train_state
 from edge_jax.train.step import make_eval_step, make_train_step
@@ -44,9 +45,29 @@ def evaluate(eval_step, params, batches, sharding) -> dict:
     return {"val_loss": loss, "val_ppl": math.exp(min(loss, 50.0))}
 
 
+RESUMABLE_CHANGES = ("train.steps", "train.log_every", "train.eval_every", "train.eval_batches",
+                     "train.ckpt_every", "train.keep_ckpts", "data.data_dir", "mesh.data", "mesh.fsdp", "mesh.tensor")
+
+
+def _flat(d: dict, prefix: str = "") -> dict:
+    out = {}
+    for k, v in d.items():
+        out.update(_flat(v, f"{prefix}{k}.") if isinstance(v, dict) else {f"{prefix}{k}": v})
+    return out
+
+
 def save_config(config, workdir: str) -> None:
-    from edge_jax.atomic import write_json_atomic
-    write_json_atomic(os.path.join(workdir, "config.json"), config.to_dict())
+    """Write config.json; refuse to resume a workdir trained with an incompatible config."""
+    path = os.path.join(workdir, "config.json")
+    if os.path.exists(os.path.join(workdir, "checkpoints")) and os.path.exists(path):
+        with open(path) as f:
+            old = _flat(json.load(f))
+        new = _flat(config.to_dict())
+        changed = sorted(k for k in set(old) | set(new) if old.get(k) != new.get(k) and k not in RESUMABLE_CHANGES)
+        if changed:
+            raise TrainingError(f"workdir {workdir} holds a run with different {', '.join(changed[:4])}"
+                                f"{' ...' if len(changed) > 4 else ''}; use a new --workdir or the same config")
+    write_json_atomic(path, config.to_dict())
 
 
 def train_and_evaluate(config, workdir: str, devices=None) -> dict:
@@ -111,13 +132,11 @@ def train_and_evaluate(config, workdir: str, devices=None) -> dict:
         writer.close()
         ckpt.close()
     if lead:
-        from edge_jax.atomic import write_json_atomic
         write_json_atomic(os.path.join(workdir, "final_metrics.json"), result)
     return result
 
 
 def _last_train_record(workdir: str) -> dict:
-    from edge_jax.train.metrics import read_jsonl
     train = [r for r in read_jsonl(os.path.join(workdir, "metrics.jsonl")) if r.get("kind") == "train"]
     return train[-1] if train else {}
 

@@ -5,7 +5,10 @@ import json
 import math
 import os
 
+from tensorboardX import SummaryWriter
 from tqdm import tqdm
+
+from edge_jax.atomic import write_text_atomic
 
 
 def read_jsonl(path: str) -> list[dict]:
@@ -30,10 +33,8 @@ class MetricsWriter:
         self.enabled = enabled
         self.path = os.path.join(workdir, "metrics.jsonl")
         if enabled:
-            from edge_jax.atomic import write_text_atomic
             kept = [r for r in read_jsonl(self.path) if r.get("step", 0) <= start_step]
             write_text_atomic(self.path, "".join(json.dumps(r) + "\n" for r in kept))
-            from tensorboardX import SummaryWriter
             self._tb = SummaryWriter(os.path.join(workdir, "tb"), purge_step=start_step + 1)
         self._bar = tqdm(total=total_steps, initial=start_step, disable=not enabled, dynamic_ncols=True,
                          mininterval=1.0 if os.isatty(2) else 30.0)

@@ -23,6 +23,8 @@ import random
 
 import tensorflow_datasets as tfds
 
+from edge_jax.data.builders.records import RecordsBuilder
+
 _ON = ["ka", "lo", "mi", "ra", "ven", "tor", "si", "bel", "dra", "nu", "quo", "zel", "fa", "gri",
        "mo", "ther", "ul", "yan", "pe", "cas", "dor", "el", "ix", "jo", "har", "wen", "sab", "ti"]
 _TOWN_END = ["ford", "holm", "vale", "bury", "mere", "wick", "stad", "port", "crest", "moor"]
@@ -158,27 +160,18 @@ def make_config(entities: int = 2000, seed: int = 0) -> FactsConfig:
                        description=f"{entities} people, seed {seed}")
 
 
-class EdgeFacts(tfds.core.GeneratorBasedBuilder):
+class EdgeFacts(RecordsBuilder):
     """Synthetic facts about invented people (see module docstring)."""
 
     name = "edge_facts"
-    VERSION = tfds.core.Version("1.0.0")
-    RELEASE_NOTES = {"1.0.0": "First release."}
 
-    def _info(self) -> tfds.core.DatasetInfo:
-        return tfds.core.DatasetInfo(
-            builder=self,
-            description=__doc__,
-            features=tfds.features.FeaturesDict({k: tfds.features.Text()
-                                                 for k in ("text", "prompt", "answer", "task")}),
-            disable_shuffling=True,
-        )
+    def split_names(self):
+        return list(self._splits())
 
-    def _split_generators(self, dl_manager):
-        del dl_manager
-        splits = generate(self.builder_config.entities, self.builder_config.seed)
-        return {name: self._generate_examples(records) for name, records in splits.items()}
+    def records(self, split):
+        return self._splits()[split]
 
-    def _generate_examples(self, records):
-        for i, record in enumerate(records):
-            yield i, record
+    def _splits(self):
+        if not hasattr(self, "_generated"):
+            self._generated = generate(self.builder_config.entities, self.builder_config.seed)
+        return self._generated

@@ -21,6 +21,8 @@ import random
 
 import tensorflow_datasets as tfds
 
+from edge_jax.data.builders.records import RecordsBuilder
+
 TASKS = ("passkey", "multikey", "aggregate")
 FILLER = [
     "The grass is green.", "The sky is blue.", "The sun is yellow.", "Here we go.",
@@ -126,28 +128,14 @@ def make_config(length: int = 4096, examples: int = 200, seed: int = 0) -> Longc
                          description=f"{examples} examples of ~{length} characters, seed {seed}")
 
 
-class EdgeLongctx(tfds.core.GeneratorBasedBuilder):
+class EdgeLongctx(RecordsBuilder):
     """Synthetic long-context retrieval and aggregation (see module docstring)."""
 
     name = "edge_longctx"
-    VERSION = tfds.core.Version("1.0.0")
-    RELEASE_NOTES = {"1.0.0": "First release."}
 
-    def _info(self) -> tfds.core.DatasetInfo:
-        return tfds.core.DatasetInfo(
-            builder=self,
-            description=__doc__,
-            features=tfds.features.FeaturesDict({k: tfds.features.Text()
-                                                 for k in ("text", "prompt", "answer", "task")}),
-            disable_shuffling=True,
-        )
+    def split_names(self):
+        return list(split_sizes(self.builder_config.examples))
 
-    def _split_generators(self, dl_manager):
-        del dl_manager
+    def records(self, split):
         c = self.builder_config
-        return {split: self._generate_examples(split) for split in split_sizes(c.examples)}
-
-    def _generate_examples(self, split):
-        c = self.builder_config
-        for i, record in enumerate(generate_split(split, c.length, c.examples, c.seed)):
-            yield i, record
+        return generate_split(split, c.length, c.examples, c.seed)
