@@ -27,12 +27,15 @@ def _split_config_overrides(argv: list[str]) -> tuple[list[str], list[str]]:
     return rest, overrides
 
 
+def _print_result(result: dict) -> None:
+    print(" ".join(f"{k}={v:.5g}" if isinstance(v, float) else f"{k}={v}" for k, v in result.items()))
+
+
 def _cmd_train(args, overrides) -> int:
     from edge_jax.config import load_config
     from edge_jax.train.loop import train_and_evaluate
     config = load_config(args.config, overrides)
-    result = train_and_evaluate(config, args.workdir)
-    print(" ".join(f"{k}={v:.5g}" if isinstance(v, float) else f"{k}={v}" for k, v in result.items()))
+    _print_result(train_and_evaluate(config, args.workdir))
     return 0
 
 
@@ -40,14 +43,15 @@ def _cmd_eval(args, overrides) -> int:
     from edge_jax.train.evaluate import evaluate_workdir
     result = evaluate_workdir(args.workdir, num_batches=args.batches, split=args.split, qa=args.qa,
                               max_questions=args.max_questions)
-    print(" ".join(f"{k}={v:.5g}" if isinstance(v, float) else f"{k}={v}" for k, v in result.items()))
+    _print_result(result)
     return 0
 
 
 def _cmd_params(args, overrides) -> int:
     from edge_jax.config import load_config
     from edge_jax.models.count import report_params
-    print(report_params(load_config(args.config, overrides)))
+    from edge_jax.train.setup import resolve_config
+    print(report_params(resolve_config(load_config(args.config, overrides))[0]))
     return 0
 
 

@@ -95,14 +95,13 @@ def _coerce(raw: Any, current: Any, key: str) -> Any:
     return raw
 
 
-def _flat_keys(c: ml_collections.ConfigDict, prefix: str = "") -> list[str]:
-    keys = []
+def flatten(c, prefix: str = "") -> dict:
+    """``{"train.steps": 200, ...}`` from a nested ConfigDict or dict."""
+    out = {}
     for k, v in c.items():
-        if isinstance(v, ml_collections.ConfigDict):
-            keys.extend(_flat_keys(v, f"{prefix}{k}."))
-        else:
-            keys.append(f"{prefix}{k}")
-    return keys
+        nested = isinstance(v, (Mapping, ml_collections.ConfigDict))
+        out.update(flatten(v, f"{prefix}{k}.") if nested else {f"{prefix}{k}": v})
+    return out
 
 
 def apply_overrides(c: ml_collections.ConfigDict, overrides: Mapping[str, Any] | Iterable[str]):
@@ -115,7 +114,7 @@ def apply_overrides(c: ml_collections.ConfigDict, overrides: Mapping[str, Any] |
                 raise ConfigError(f"override {item!r} needs the form key=value")
             pairs[key.strip()] = raw
         overrides = pairs
-    valid = _flat_keys(c)
+    valid = list(flatten(c))
     for key, raw in overrides.items():
         if key not in valid:
             raise ConfigError(_unknown("config key", key, valid))

@@ -3,14 +3,19 @@ from __future__ import annotations
 
 import flax.linen as nn
 import jax
+import jax.numpy as jnp
 import ml_collections
 
 from edge_jax.models.decoder import DecoderLM, ModelConfig
 from edge_jax.models.presets import MODEL_SIZES, PAPER_PARAMS
 
 
+def abstract_params(model: nn.Module, seq_len: int = 8):
+    """Boxed (logically partitioned) parameter shapes, built without allocating memory."""
+    return jax.eval_shape(model.init, jax.random.key(0), jnp.zeros((1, seq_len), jnp.int32))
+
+
 def param_breakdown(model_cfg: ModelConfig) -> dict:
-    from edge_jax.train.state import abstract_params
     params = nn.unbox(abstract_params(DecoderLM(model_cfg))["params"])
     flat = jax.tree_util.tree_flatten_with_path(params)[0]
     total = sum(leaf.size for _, leaf in flat)
@@ -27,11 +32,9 @@ def paper_size_of(model: ml_collections.ConfigDict) -> str | None:
 
 
 def report_params(config) -> str:
-    if config.model.vocab_size == 0:
-        from edge_jax.data import get_tokenizer
-        from edge_jax.train.setup import resolve_data_dir, resolve_vocab
-        config = ml_collections.ConfigDict(config.to_dict())
-        resolve_vocab(config, get_tokenizer(config.data.tokenizer, config.data.name, resolve_data_dir(config)))
+    """Counts beside the paper's RAM params; ``config.model.vocab_size`` must already be resolved."""
+    if config.model.vocab_size <= 0:
+        raise ValueError("model.vocab_size is unresolved; pass the config through train.setup.resolve_config")
     counts = param_breakdown(ModelConfig.from_config(config.model))
     lines = [f"{k:>14}: {v / 1e9:.4f}B ({v:,})" for k, v in counts.items()]
     paper = paper_size_of(config.model)

@@ -10,7 +10,7 @@ from edge_jax.models.generate import exact_match
 from edge_jax.sharding import batch_sharding
 from edge_jax.train.checkpoint import Checkpointer
 from edge_jax.train.loop import evaluate, load_workdir_config
-from edge_jax.train.setup import build, resolve_data_dir
+from edge_jax.train.setup import build
 from edge_jax.train.state import abstract_train_state
 from edge_jax.train.step import make_eval_step
 
@@ -37,7 +37,7 @@ def evaluate_workdir(workdir: str, num_batches: int = 0, split: str = "validatio
     batches = make_eval_batches(run.config.data, run.tokenizer, split, num_batches)
     out = dict(evaluate(eval_step, state.params, batches, sharding), step=step, batches=len(batches))
     if qa:
-        questions = load_qa(run.config.data, resolve_data_dir(run.config))
+        questions = load_qa(run.config.data, run.config.data.data_dir)
         questions = questions[:max_questions] if max_questions else questions
         out.update(exact_match(run.model.apply, state.params, run.tokenizer, questions))
     return out

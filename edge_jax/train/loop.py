@@ -10,6 +10,7 @@ import jax
 import numpy as np
 
 from edge_jax.atomic import write_json_atomic
+from edge_jax.config import flatten
 from edge_jax.data import make_eval_batches, make_train_iter
 from edge_jax.sharding import batch_sharding, maybe_initialize_distributed
 from edge_jax.train.checkpoint import Checkpointer
@@ -49,20 +50,13 @@ RESUMABLE_CHANGES = ("train.steps", "train.log_every", "train.eval_every", "trai
                      "train.ckpt_every", "train.keep_ckpts", "data.data_dir", "mesh.data", "mesh.fsdp", "mesh.tensor")
 
 
-def _flat(d: dict, prefix: str = "") -> dict:
-    out = {}
-    for k, v in d.items():
-        out.update(_flat(v, f"{prefix}{k}.") if isinstance(v, dict) else {f"{prefix}{k}": v})
-    return out
-
-
 def save_config(config, workdir: str) -> None:
     """Write config.json; refuse to resume a workdir trained with an incompatible config."""
     path = os.path.join(workdir, "config.json")
     if os.path.exists(os.path.join(workdir, "checkpoints")) and os.path.exists(path):
         with open(path) as f:
-            old = _flat(json.load(f))
-        new = _flat(config.to_dict())
+            old = flatten(json.load(f))
+        new = flatten(config.to_dict())
         changed = sorted(k for k in set(old) | set(new) if old.get(k) != new.get(k) and k not in RESUMABLE_CHANGES)
         if changed:
             raise TrainingError(f"workdir {workdir} holds a run with different {', '.join(changed[:4])}"

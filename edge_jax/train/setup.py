@@ -6,7 +6,7 @@ import dataclasses
 import ml_collections
 
 from edge_jax.config import ConfigError
-from edge_jax.data import data_dir_default, get_tokenizer
+from edge_jax.data import get_tokenizer
 from edge_jax.models import DecoderLM, ModelConfig
 from edge_jax.sharding import check_divisible, make_mesh
 from edge_jax.train.optim import make_optimizer
@@ -22,10 +22,6 @@ class RunSetup:
     schedule: object
 
 
-def resolve_data_dir(config) -> str:
-    return config.data.data_dir or data_dir_default()
-
-
 VOCAB_MULTIPLE = 64  # independent of the mesh, so every mesh builds the same model
 
 
@@ -39,11 +35,17 @@ def resolve_vocab(config, tokenizer) -> None:
                           f"({config.data.tokenizer}); set model.vocab_size=0 or >= {need}")
 
 
-def build(config, devices=None) -> RunSetup:
+def resolve_config(config):
+    """``(config copy with model.vocab_size resolved, tokenizer)``; the input is left untouched."""
     config = ml_collections.ConfigDict(config.to_dict())
-    tok = get_tokenizer(config.data.tokenizer, config.data.name, resolve_data_dir(config))
-    mesh = make_mesh(config.mesh, devices)
+    tok = get_tokenizer(config.data.tokenizer, config.data.name, config.data.data_dir)
     resolve_vocab(config, tok)
+    return config, tok
+
+
+def build(config, devices=None) -> RunSetup:
+    config, tok = resolve_config(config)
+    mesh = make_mesh(config.mesh, devices)
     check_divisible(config, mesh)
     model = DecoderLM(ModelConfig.from_config(config.model))
     tx, schedule = make_optimizer(config.train)

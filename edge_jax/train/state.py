@@ -13,12 +13,6 @@ class TrainState(train_state.TrainState):
     """params, opt_state and step; ``apply_fn``/``tx`` are static."""
 
 
-def abstract_params(model: nn.Module, seq_len: int = 8):
-    """Boxed (logically partitioned) parameter shapes, built without allocating memory."""
-    tokens = jnp.zeros((1, seq_len), jnp.int32)
-    return jax.eval_shape(model.init, jax.random.key(0), tokens)
-
-
 def _init_fn(model: nn.Module, tx):
     tokens = jnp.zeros((1, 8), jnp.int32)
 
