@@ -16,6 +16,10 @@ import ml_collections
 SCHEDULES = ("cosine", "wsd", "wsdc", "constant")
 DTYPES = ("float32", "bfloat16")
 FFN_KINDS = ("swiglu",)
+MEMORY_KINDS = ("none", "meki", "ple", "engram")
+MEKI_PROJECTIONS = ("swiglu", "linear")
+MEKI_FUSIONS = ("add_sigmoid", "mul_sigmoid", "add_silu", "mul_silu")
+MEKI_POSITIONS = ("parallel_ffn", "parallel_attn", "after_attn", "after_ffn")
 
 
 class ConfigError(ValueError):
@@ -32,6 +36,12 @@ def base_config() -> ml_collections.ConfigDict:
         d_model=128, n_layers=4, n_heads=4, n_kv_heads=2, head_dim=32, d_ff=384,
         rope_theta=500_000.0, qk_norm=True, tie_embeddings=True, norm_eps=1e-6,
         ffn="swiglu", dtype="float32", param_dtype="float32", init_std=0.02,
+        # Token-indexed memory beside the transformer (MeKi, or the PLE / Engram baselines).
+        memory="none", d_mem=0,  # d_mem: MeKi memory width, PLE per-layer width, Engram per-head width
+        meki_static=True, meki_dynamic=True, meki_projection="swiglu", meki_fusion="add_sigmoid",
+        meki_position="parallel_ffn", meki_folded=False,
+        engram_layers=(1,), engram_orders=(2, 3), engram_heads=4, engram_table_size=4099,
+        engram_kernel=4,
     ))
     c.data = ml_collections.ConfigDict(dict(
         name="pystdlib", tokenizer="byte", seq_len=128, batch_size=16, data_dir="",
@@ -182,5 +192,33 @@ def validate(c: ml_collections.ConfigDict) -> None:
             raise ConfigError(f"mesh.{axis}={c.mesh[axis]}: use a positive size or -1 for 'the rest'")
     if sum(c.mesh[a] == -1 for a in ("data", "fsdp", "tensor")) > 1:
         raise ConfigError("only one of mesh.data / mesh.fsdp / mesh.tensor may be -1")
+    _validate_memory(m)
     if m.vocab_size < 0:
         raise ConfigError(f"model.vocab_size={m.vocab_size}: use 0 (from the tokenizer) or a positive size")
+
+
+def _validate_memory(m) -> None:
+    _choice("model.memory", m.memory, MEMORY_KINDS)
+    if m.memory == "none":
+        return
+    if m.d_mem <= 0:
+        raise ConfigError(f"model.d_mem={m.d_mem} must be positive with model.memory={m.memory!r}; "
+                          "set e.g. model.d_mem=64")
+    if m.memory == "meki":
+        _choice("model.meki_projection", m.meki_projection, MEKI_PROJECTIONS)
+        _choice("model.meki_fusion", m.meki_fusion, MEKI_FUSIONS)
+        _choice("model.meki_position", m.meki_position, MEKI_POSITIONS)
+        if not (m.meki_static or m.meki_dynamic or m.meki_folded):
+            raise ConfigError("model.meki_static and model.meki_dynamic are both off, so MeKi has no memory; "
+                              "switch one on or set model.memory=none")
+    if m.memory == "engram":
+        bad = [i for i in m.engram_layers if not 0 <= i < m.n_layers]
+        if not m.engram_layers or bad:
+            raise ConfigError(f"model.engram_layers={tuple(m.engram_layers)} must be non-empty layer indices "
+                              f"in [0, {m.n_layers}); e.g. model.engram_layers=[1]")
+        if not m.engram_orders or min(m.engram_orders) < 2:
+            raise ConfigError(f"model.engram_orders={tuple(m.engram_orders)} must list n-gram orders >= 2, "
+                              "e.g. [2,3]")
+        if m.engram_heads <= 0 or m.engram_table_size < 2 or m.engram_kernel <= 0:
+            raise ConfigError("model.engram_heads, model.engram_kernel must be positive and "
+                              "model.engram_table_size >= 2")

@@ -27,6 +27,8 @@ LOGICAL_RULES = (
     ("kv_heads", "tensor"),
     ("head_dim", None),
     ("norm", None),
+    ("mem", None),          # MeKi / PLE / Engram memory width
+    ("ngram", "tensor"),    # rows of the hashed Engram tables, sharded like the vocabulary
 )
 
 

@@ -1,18 +1,20 @@
 """Parameter counts from abstract shapes (``jax.eval_shape``: nothing is allocated)."""
 from __future__ import annotations
 
+from functools import partial
+
 import flax.linen as nn
 import jax
-import jax.numpy as jnp
 import ml_collections
 
 from edge_jax.models.decoder import DecoderLM, ModelConfig
+from edge_jax.models.inputs import example_inputs
 from edge_jax.models.presets import MODEL_SIZES, PAPER_PARAMS
 
 
 def abstract_params(model: nn.Module, seq_len: int = 8):
     """Boxed (logically partitioned) parameter shapes, built without allocating memory."""
-    return jax.eval_shape(model.init, jax.random.key(0), jnp.zeros((1, seq_len), jnp.int32))
+    return jax.eval_shape(partial(model.init, **example_inputs(model.cfg, 1, seq_len)), jax.random.key(0))
 
 
 def param_breakdown(model_cfg: ModelConfig) -> dict:

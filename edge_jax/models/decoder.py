@@ -6,6 +6,14 @@ Parameter tree (names the HF converter relies on)::
     layers_i/attn_norm/scale, layers_i/attn/{q,k,v}_proj/kernel [D,H|G,K], o_proj/kernel [H,K,D],
     layers_i/attn/{q,k}_norm/scale [K], layers_i/ffn_norm/scale, layers_i/ffn/{gate,up,down}/kernel
     final_norm/scale [D], lm_head/kernel [D, V] (untied only)
+
+Token-indexed memories (``model.memory``):
+    meki    layers_i/meki/expert/{memory, proj_*, alpha, beta, norm}, layers_i/meki/{gate, out, out_norm}
+            (folded: layers_i/meki/{table, gate, out, out_norm}); placed by ``meki_position``, with
+            its own pre-norm ``layers_i/meki_norm`` when it sits after attention or after the FFN.
+    ple     ple_inputs/... (model level), layers_i/ple/... added at the end of each layer.
+    engram  layers_i/engram/... added to the residual before attention at ``engram_layers``;
+            needs ``ngram_ids`` hashed on the host (:mod:`edge_jax.models.inputs`).
 """
 from __future__ import annotations
 
@@ -15,8 +23,11 @@ import flax.linen as nn
 import jax.numpy as jnp
 
 from edge_jax.layers.attention import GQAttention
+from edge_jax.layers.engram import Engram
 from edge_jax.layers.ffn import make_ffn
+from edge_jax.layers.meki import MeKi
 from edge_jax.layers.norms import RMSNorm
+from edge_jax.layers.ple import PLEBlock, PLEInputs
 
 
 @dataclasses.dataclass(frozen=True)
@@ -36,25 +47,68 @@ class ModelConfig:
     dtype: str = "float32"
     param_dtype: str = "float32"
     init_std: float = 0.02
+    memory: str = "none"
+    d_mem: int = 0
+    meki_static: bool = True
+    meki_dynamic: bool = True
+    meki_projection: str = "swiglu"
+    meki_fusion: str = "add_sigmoid"
+    meki_position: str = "parallel_ffn"
+    meki_folded: bool = False
+    engram_layers: tuple = (1,)
+    engram_orders: tuple = (2, 3)
+    engram_heads: int = 4
+    engram_table_size: int = 4099
+    engram_kernel: int = 4
 
     @classmethod
     def from_config(cls, model_cfg) -> "ModelConfig":
         fields = {f.name for f in dataclasses.fields(cls)}
-        return cls(**{k: v for k, v in dict(model_cfg).items() if k in fields})
+        return cls(**{k: tuple(v) if isinstance(v, list) else v
+                      for k, v in dict(model_cfg).items() if k in fields})
 
 
 class Block(nn.Module):
+    """One layer. ``ctx`` carries what token memories need: tokens, the input embedding, host
+    gathered MeKi rows, this layer's PLE input and the Engram n-gram ids."""
     cfg: ModelConfig
+    layer: int
+
+    def _meki(self, x_BTD, ctx):
+        c = self.cfg
+        rows = ctx.get("meki_rows")
+        return MeKi(c.vocab_size, c.d_mem, c.meki_static, c.meki_dynamic, c.meki_projection, c.meki_fusion,
+                    c.meki_folded, c.norm_eps, c.init_std, c.dtype, c.param_dtype, name="meki")(
+            x_BTD, ctx["tokens"], ctx["embedded"], None if rows is None else rows[:, :, self.layer])
+
+    def _meki_after(self, h_BTD, ctx):
+        c = self.cfg
+        return h_BTD + self._meki(RMSNorm(c.norm_eps, "norm", c.param_dtype, name="meki_norm")(h_BTD), ctx)
 
     @nn.compact
-    def __call__(self, h_BTD, positions_BT):
+    def __call__(self, h_BTD, positions_BT, ctx):
         c = self.cfg
         common = dict(init_std=c.init_std, dtype=c.dtype, param_dtype=c.param_dtype)
+        meki = c.meki_position if c.memory == "meki" else None
+        if c.memory == "engram" and self.layer in c.engram_layers:
+            h_BTD = h_BTD + Engram(c.vocab_size, c.engram_orders, c.engram_heads, c.engram_table_size, c.d_mem,
+                                   c.engram_kernel, c.norm_eps, name="engram", **common)(h_BTD, ctx["ngram_ids"])
         x = RMSNorm(c.norm_eps, "norm", c.param_dtype, name="attn_norm")(h_BTD)
         h_BTD = h_BTD + GQAttention(c.n_heads, c.n_kv_heads, c.head_dim, c.rope_theta, c.qk_norm,
                                     c.norm_eps, name="attn", **common)(x, positions_BT)
+        if meki == "parallel_attn":
+            h_BTD = h_BTD + self._meki(x, ctx)
+        elif meki == "after_attn":
+            h_BTD = self._meki_after(h_BTD, ctx)
         x = RMSNorm(c.norm_eps, "norm", c.param_dtype, name="ffn_norm")(h_BTD)
-        return h_BTD + make_ffn(c.ffn, c.d_ff, name="ffn", **common)(x)
+        h_BTD = h_BTD + make_ffn(c.ffn, c.d_ff, name="ffn", **common)(x)
+        if meki == "parallel_ffn":  # eq. 8: H' = F(H) + MeKi(H) + A, sharing the pre-FFN norm
+            h_BTD = h_BTD + self._meki(x, ctx)
+        elif meki == "after_ffn":
+            h_BTD = self._meki_after(h_BTD, ctx)
+        if c.memory == "ple":
+            h_BTD = h_BTD + PLEBlock(c.d_mem, c.norm_eps, name="ple", **common)(h_BTD, ctx["ple"][:, :, self.layer])
+        return h_BTD
 
 
 class DecoderLM(nn.Module):
@@ -62,8 +116,15 @@ class DecoderLM(nn.Module):
     cfg: ModelConfig
 
     @nn.compact
-    def __call__(self, tokens_BT, positions_BT=None, return_hidden: bool = False):
+    def __call__(self, tokens_BT, positions_BT=None, return_hidden: bool = False, ngram_ids=None,
+                 meki_rows=None):
+        """``ngram_ids`` [B, T, N]: host-hashed Engram ids (memory=engram only). ``meki_rows``
+        [B, T, L, d_mem]: folded MeKi rows gathered outside the model (e.g. from host memory)."""
         c = self.cfg
+        if c.memory == "engram" and ngram_ids is None:
+            raise ValueError("memory=engram needs ngram_ids; build them with edge_jax.models.inputs.host_inputs")
+        if meki_rows is not None and not (c.memory == "meki" and c.meki_folded):
+            raise ValueError("meki_rows only apply to a folded MeKi model; fold it with fold_meki first")
         if positions_BT is None:
             positions_BT = jnp.broadcast_to(jnp.arange(tokens_BT.shape[1]), tokens_BT.shape)
         embed = nn.Embed(c.vocab_size, c.d_model, dtype=jnp.dtype(c.dtype), param_dtype=jnp.dtype(c.param_dtype),
@@ -71,9 +132,13 @@ class DecoderLM(nn.Module):
                                                                      ("vocab", "embed")), name="embed")
         h = embed(tokens_BT)
         h = nn.with_logical_constraint(h, ("batch", "seq", "embed"))
+        ctx = {"tokens": tokens_BT, "embedded": h, "meki_rows": meki_rows, "ngram_ids": ngram_ids}
+        if c.memory == "ple":
+            ctx["ple"] = PLEInputs(c.vocab_size, c.n_layers, c.d_mem, c.norm_eps, init_std=c.init_std, dtype=c.dtype,
+                                   param_dtype=c.param_dtype, name="ple_inputs")(tokens_BT, h)
         hidden = []
         for i in range(c.n_layers):
-            h = Block(c, name=f"layers_{i}")(h, positions_BT)
+            h = Block(c, i, name=f"layers_{i}")(h, positions_BT, ctx)
             h = nn.with_logical_constraint(h, ("batch", "seq", "embed"))
             hidden.append(h)
         h = RMSNorm(c.norm_eps, "norm", c.param_dtype, name="final_norm")(h)

@@ -11,8 +11,11 @@ import numpy as np
 
 
 def greedy_generate(apply_fn, params, prompts: list[list[int]], max_new_tokens: int, pad_id: int,
-                    stop_ids: tuple[int, ...] = (), max_len: int | None = None) -> list[list[int]]:
-    """Continue each prompt with up to ``max_new_tokens`` argmax tokens, stopping at ``stop_ids``."""
+                    stop_ids: tuple[int, ...] = (), max_len: int | None = None,
+                    host_fn=None) -> list[list[int]]:
+    """Continue each prompt with up to ``max_new_tokens`` argmax tokens, stopping at ``stop_ids``.
+
+    ``host_fn(tokens_BL) -> dict`` adds host-computed model inputs (Engram n-gram ids) each step."""
     longest = max(len(p) for p in prompts)
     L = max_len or longest + max_new_tokens
     if longest + max_new_tokens > L:
@@ -23,15 +26,15 @@ def greedy_generate(apply_fn, params, prompts: list[list[int]], max_new_tokens: 
         buf[i, :len(p)] = p
 
     @jax.jit
-    def next_tokens(params, tokens_BL, lengths_B):
-        logits = apply_fn({"params": params}, tokens_BL)
+    def next_tokens(params, tokens_BL, lengths_B, extra):
+        logits = apply_fn({"params": params}, tokens_BL, **extra)
         last = jnp.take_along_axis(logits, (lengths_B - 1)[:, None, None], axis=1)[:, 0]
         return jnp.argmax(last, axis=-1).astype(jnp.int32)
 
     out = [[] for _ in prompts]
     done = np.zeros(len(prompts), bool)
     for _ in range(max_new_tokens):
-        tok = np.asarray(next_tokens(params, buf, lengths))
+        tok = np.asarray(next_tokens(params, buf, lengths, host_fn(buf) if host_fn else {}))
         for i in np.flatnonzero(~done):
             if tok[i] in stop_ids:
                 done[i] = True
@@ -45,14 +48,15 @@ def greedy_generate(apply_fn, params, prompts: list[list[int]], max_new_tokens: 
 
 
 def exact_match(apply_fn, params, tokenizer, qa: list[dict], max_new_tokens: int = 16,
-                batch_size: int = 32) -> dict:
+                batch_size: int = 32, host_fn=None) -> dict:
     """Share of questions whose greedy answer (stripped, up to the first newline) equals the answer."""
     hits, per_task = 0, {}
     stop = (tokenizer.eos_id,)
     for start in range(0, len(qa), batch_size):
         chunk = qa[start:start + batch_size]
         prompts = [tokenizer.encode(q["prompt"]) for q in chunk]
-        answers = greedy_generate(apply_fn, params, prompts, max_new_tokens, tokenizer.pad_id, stop)
+        answers = greedy_generate(apply_fn, params, prompts, max_new_tokens, tokenizer.pad_id, stop,
+                                  host_fn=host_fn)
         for q, ids in zip(chunk, answers):
             got = tokenizer.decode(ids).strip().split("\n")[0].strip()
             ok = got == q["answer"].strip()

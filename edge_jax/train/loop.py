@@ -12,6 +12,7 @@ import numpy as np
 from edge_jax.atomic import write_json_atomic
 from edge_jax.config import flatten
 from edge_jax.data import make_eval_batches, make_train_iter
+from edge_jax.models.inputs import with_host_inputs
 from edge_jax.sharding import batch_sharding, maybe_initialize_distributed
 from edge_jax.train.checkpoint import Checkpointer
 from edge_jax.train.metrics import MetricsWriter, read_jsonl
@@ -86,14 +87,16 @@ def train_and_evaluate(config, workdir: str, devices=None) -> dict:
     train_step = jax.jit(make_train_step(t.grad_accum, run.schedule), donate_argnums=0,
                          in_shardings=(shardings, data_sharding), out_shardings=(shardings, None))
     eval_step = jax.jit(make_eval_step(run.model.apply), in_shardings=(shardings.params, data_sharding))
-    eval_batches = make_eval_batches(cfg.data, run.tokenizer, "validation", t.eval_batches)
+    eval_batches = [with_host_inputs(run.model.cfg, b)
+                    for b in make_eval_batches(cfg.data, run.tokenizer, "validation", t.eval_batches)]
     writer = MetricsWriter(workdir, t.steps, start, enabled=lead)
     tokens_per_step = cfg.data.batch_size * cfg.data.seq_len
     timed_steps, timed_s, last, final, result = 0, 0.0, {}, None, {}
     try:
         for step in range(start + 1, t.steps + 1):
             t0 = time.perf_counter()
-            state, metrics = train_step(state, to_global(next(train_iter), data_sharding))
+            batch = with_host_inputs(run.model.cfg, next(train_iter))
+            state, metrics = train_step(state, to_global(batch, data_sharding))
             metrics = {k: float(v) for k, v in metrics.items()}
             dt = time.perf_counter() - t0
             if step > start + 1:  # the first step includes compilation

@@ -3,9 +3,9 @@ from __future__ import annotations
 
 import flax.linen as nn
 import jax
-import jax.numpy as jnp
 from flax.training import train_state
 
+from edge_jax.models.inputs import example_inputs
 from edge_jax.sharding import logical_shardings
 
 
@@ -14,10 +14,10 @@ class TrainState(train_state.TrainState):
 
 
 def _init_fn(model: nn.Module, tx):
-    tokens = jnp.zeros((1, 8), jnp.int32)
+    example = example_inputs(model.cfg)
 
     def init(rng):
-        variables = model.init(rng, tokens)
+        variables = model.init(rng, **example)
         return TrainState.create(apply_fn=model.apply, params=variables["params"], tx=tx)
 
     return init

@@ -5,6 +5,8 @@ import jax
 import jax.numpy as jnp
 import optax
 
+from edge_jax.models.inputs import model_kwargs
+
 
 def token_losses(logits_BTV, targets_BT):
     return optax.softmax_cross_entropy_with_integer_labels(logits_BTV.astype(jnp.float32), targets_BT)
@@ -14,7 +16,7 @@ def make_train_step(grad_accum: int, schedule):
     """``train_step(state, batch) -> (state, metrics)``; the batch is split into ``grad_accum`` micro-batches."""
 
     def loss_fn(params, apply_fn, micro):
-        logits = apply_fn({"params": params}, micro["inputs"])
+        logits = apply_fn({"params": params}, micro["inputs"], **model_kwargs(micro))
         return jnp.mean(token_losses(logits, micro["targets"]))
 
     def train_step(state, batch):
@@ -44,7 +46,7 @@ def make_eval_step(apply_fn):
     """``eval_step(params, batch) -> {"loss_sum", "tokens"}`` over the batch's masked targets."""
 
     def eval_step(params, batch):
-        logits = apply_fn({"params": params}, batch["inputs"])
+        logits = apply_fn({"params": params}, batch["inputs"], **model_kwargs(batch))
         mask = batch.get("mask")
         mask = jnp.ones(batch["targets"].shape, jnp.float32) if mask is None else mask
         return {"loss_sum": jnp.sum(token_losses(logits, batch["targets"]) * mask), "tokens": jnp.sum(mask)}
