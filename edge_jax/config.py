@@ -52,6 +52,7 @@ def base_config() -> ml_collections.ConfigDict:
         decay_fraction=0.2, tail_fraction=0.1, b1=0.9, b2=0.95, eps=1e-8,
         weight_decay=0.1, clip_norm=1.0, grad_accum=1,
         log_every=10, eval_every=50, eval_batches=20, ckpt_every=50, keep_ckpts=3,
+        qa_questions=0,  # after training, exact match on this many questions (-1: all; needs facts/longctx)
     ))
     c.mesh = ml_collections.ConfigDict(dict(data=-1, fsdp=1, tensor=1))
     return c

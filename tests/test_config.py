@@ -20,7 +20,7 @@ def test_unknown_key_names_nearest():
 def test_unknown_value_and_size_name_the_valid_ones():
     with pytest.raises(ConfigError, match="did you mean 'wsd'"):
         load_config(SPEC, {"train.schedule": "wsdd"})
-    with pytest.raises(ConfigError, match="valid: tiny, small"):
+    with pytest.raises(ConfigError, match="valid: tiny, tiny_plus, small"):
         load_config("configs/lm.py:size=huge")
     with pytest.raises(ConfigError, match="unknown config argument 'sise'"):
         load_config("configs/lm.py:sise=tiny")
@@ -32,6 +32,14 @@ def test_unknown_value_and_size_name_the_valid_ones():
     ({"train.warmup_steps": 500, "train.steps": 100}, "warmup_steps=500 must be below train.steps=100"),
     ({"train.schedule": "wsdc", "train.decay_fraction": 0.8, "train.tail_fraction": 0.3}, "sum to less than 1"),
     ({"train.steps": "many"}, "needs a number"),
+    ({"model.memory": "meki", "model.d_mem": 0}, "model.d_mem=0 must be positive"),
+    ({"model.memory": "meki", "model.d_mem": 8, "model.meki_static": False, "model.meki_dynamic": False},
+     "both off"),
+    ({"model.memory": "meki", "model.d_mem": 8, "model.meki_fusion": "add_tanh"}, "unknown model.meki_fusion"),
+    ({"model.memory": "meki", "model.d_mem": 8, "model.meki_position": "before_ffn"},
+     "unknown model.meki_position"),
+    ({"model.memory": "engram", "model.d_mem": 8, "model.engram_layers": "[9]"}, "engram_layers"),
+    ({"model.memory": "memo"}, "did you mean 'meki'"),
 ])
 def test_impossible_combinations_are_one_line(overrides, needle):
     with pytest.raises(ConfigError) as e:

@@ -290,3 +290,21 @@ def test_git_info(tmp_path):
     assert len(info["commit"]) == 40 and info["dirty"] is False
     (tmp_path / "f.txt").write_text("b")
     assert runner.git_info(tmp_path)["dirty"] is True
+
+
+def test_identical_cells_of_sibling_grids_are_reused_not_retrained(ablation, tmp_path):
+    first = tmp_path / "results" / "toy_a"
+    cli([ablation, "--out", first, "--seeds", 1], FakeTrain())
+    other = tmp_path / "other.py"
+    other.write_text(textwrap.dedent(ABLATION).replace('"name": "toy"', '"name": "toy_b"').replace(
+        '"wsdc": {"train.schedule": "wsdc"}', '"wsdc": {"train.schedule": "wsdc", "model.d_model": 16}'))
+    second, train = tmp_path / "results" / "toy_b", FakeTrain()
+    rc, logs = cli([other, "--out", second, "--seeds", 1], train)
+    assert rc == 0 and train.calls == [("wsdc", 0)]          # only the cell whose config differs
+    rec = json.loads((second / "records" / "wsd__seed0.json").read_text())
+    assert rec["grid"] == "toy_b" and rec["reused_from"].endswith("toy_a/records/wsd__seed0.json")
+    assert rec["metrics"]["val_loss"] == pytest.approx(2.9)
+    assert sum("reused" in line for line in logs) >= 2
+    train = FakeTrain()
+    cli([other, "--out", tmp_path / "results" / "toy_c", "--seeds", 1, "--no-reuse"], train)
+    assert len(train.calls) == 3

@@ -94,6 +94,14 @@ def test_explicit_order_without_numbers():
     assert g.paper.ranks() == {"c": 1, "a": 2, "b": 3}
 
 
+def test_order_with_an_unordered_group():
+    g = spec.validate_grid(grid_with(paper_values={}, paper_order=["b", ["a", "c"]]), preset="tiny")
+    assert g.paper.order == ("b", "a", "c") and g.paper.ranks() == {"b": 1, "a": 2, "c": 2}
+    from edge_jax.grid.tables import ordering_agreement
+    agreement = ordering_agreement({"b": 1, "a": 3, "c": 2}, g.paper.ranks())
+    assert agreement.agrees and agreement.ordered_pairs == 2   # a vs c is not claimed
+
+
 def test_load_errors(tmp_path):
     with pytest.raises(spec.GridSpecError, match="not found"):
         spec.load_grid(tmp_path / "nope.py")

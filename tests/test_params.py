@@ -6,7 +6,7 @@ import pytest
 from edge_jax.config import load_config
 from edge_jax.models import DecoderLM, ModelConfig
 from edge_jax.models.count import param_breakdown, report_params
-from edge_jax.models.presets import PAPER_PARAMS
+from edge_jax.models.presets import MEKI_PAPER, PAPER_PARAMS
 from edge_jax.sharding import make_mesh
 from edge_jax.train.optim import make_optimizer
 from edge_jax.train.state import abstract_train_state
@@ -33,3 +33,24 @@ def test_paper_step_shards_and_traces_abstractly():
     batch = {k: jax.ShapeDtypeStruct((8, 64), jnp.int32) for k in ("inputs", "targets")}
     new_state, metrics = jax.eval_shape(make_train_step(1, schedule), abstract, batch)
     assert metrics["loss"].shape == () and new_state.params["embed"]["embedding"].shape == (151_680, 1024)
+
+
+@pytest.mark.parametrize("size", sorted(MEKI_PAPER))
+def test_meki_paper_sizes_match_ram_and_rom(size):
+    cfg = load_config(f"configs/meki.py:size={size}")
+    counts = param_breakdown(ModelConfig.from_config(cfg.model))
+    assert abs(counts["ram"] / MEKI_PAPER[size]["ram"] - 1) <= 0.03
+    assert abs(counts["rom"] / MEKI_PAPER[size]["rom"] - 1) <= 0.03
+    # ROM is exactly L * |V| * d_mem (MeKi §5.4); training-only G adds to the training form only
+    assert counts["rom"] == cfg.model.n_layers * cfg.model.vocab_size * cfg.model.d_mem
+    assert counts["total"] > counts["ram"] + counts["rom"]
+    report = report_params(cfg)
+    assert report.count("within 3%") == 2 and "OUTSIDE" not in report
+
+
+def test_meki_tables_shard_over_the_vocabulary():
+    cfg = load_config("configs/meki.py:size=qwen3_0p6b", {"mesh.data": 1, "mesh.fsdp": 4, "mesh.tensor": 2})
+    mesh = make_mesh(cfg.mesh, jax.devices()[:8])
+    tx, _ = make_optimizer(cfg.train)
+    _, shardings = abstract_train_state(DecoderLM(ModelConfig.from_config(cfg.model)), tx, mesh)
+    assert tuple(shardings.params["layers_0"]["meki"]["expert"]["memory"].spec) == ("tensor", None)

@@ -9,6 +9,8 @@ Names:
   a+b[+c...]                   train = the train documents of every part, in order;
                                other splits (and questions) come from the parts that have them,
                                validation from the first part. Globs may not contain '+'.
+                               A part written name*K has its training text K times (up-weighting
+                               a small corpus such as facts); it still asks its questions once.
 
 `Source.key` is a filename-safe string that changes whenever the documents can change; token
 and tokenizer caches are keyed by it.
@@ -30,7 +32,8 @@ from typing import Callable, Iterator
 from edge_jax.data.errors import DataError
 
 BUILTIN = ("pystdlib", "facts", "longctx")
-VALID_NAMES = "pystdlib, facts, longctx, tfds:<name>, text:<glob>, a+b (e.g. pystdlib+facts)"
+VALID_NAMES = ("pystdlib, facts, longctx, tfds:<name>, text:<glob>, a+b (e.g. pystdlib+facts), "
+               "a+b*K (b's training text K times)")
 # Test-size switch: a positive value limits pystdlib to that many files (a separate config).
 PYSTDLIB_MAX_FILES_ENV = "EDGE_JAX_PYSTDLIB_MAX_FILES"
 TEXT_VALIDATION_PER_MILLE = 20
@@ -76,7 +79,7 @@ class Source:
         return list(self.iter_documents(split))
 
     def qa(self) -> list[dict]:
-        with_qa = [p for p in self.parts if p.qa_split]
+        with_qa = list({p.key: p for p in self.parts if p.qa_split}.values())  # a repeated part asks once
         if with_qa:
             return [q for p in with_qa for q in p.qa()]
         if self.qa_split is None:
@@ -266,9 +269,14 @@ def resolve(name: str, data_dir: str = "", *, text_key: str = "text", facts_enti
     data_dir = data_dir or data_dir_default()
     name = (name or "").strip()
     if "+" in name:
-        parts = [resolve(n, data_dir, text_key=text_key, facts_entities=facts_entities,
-                         longctx_length=longctx_length, longctx_examples=longctx_examples)
-                 for n in name.split("+")]
+        parts = []
+        for item in name.split("+"):
+            part, _, times = item.partition("*")
+            if times and not (times.isdigit() and int(times) > 0):
+                raise DataError(f"bad repeat {item!r} in dataset '{name}'; write name*K with K a positive integer")
+            source = resolve(part, data_dir, text_key=text_key, facts_entities=facts_entities,
+                             longctx_length=longctx_length, longctx_examples=longctx_examples)
+            parts += [source] * int(times or 1)
         return _combined(parts)
     if name == "pystdlib":
         return _builtin(name, data_dir, (int(os.environ.get(PYSTDLIB_MAX_FILES_ENV, "0") or 0),))

@@ -31,6 +31,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--set", dest="overrides", action="append", default=[],
                         metavar="KEY=VALUE",
                         help="extra config override for every cell (repeatable)")
+    parser.add_argument("--no-reuse", action="store_true",
+                        help="train every cell even if a sibling grid holds a run with the same config")
     mode = parser.add_mutually_exclusive_group()
     mode.add_argument("--list", action="store_true",
                       help="print the cell x seed units with their index K and exit")
@@ -94,12 +96,13 @@ def run(args: argparse.Namespace, *, train_fn: runner.TrainFn | None = None,
     if not args.tables_only:
         try:
             summary = runner.run_grid(grid, out, units, extra_overrides=extra,
-                                      train_fn=train_fn, load_config=load_config, log=log)
+                                      train_fn=train_fn, load_config=load_config, log=log,
+                                      reuse=not getattr(args, "no_reuse", False))
         except runner.GridRunError as e:
             return error(str(e))
         failed = len(summary.failed)
-        log(f"{grid.name}: {len(summary.ran)} ran, {len(summary.skipped)} skipped, "
-            f"{failed} failed")
+        log(f"{grid.name}: {len(summary.ran)} ran, {len(summary.reused)} reused, "
+            f"{len(summary.skipped)} skipped, {failed} failed")
 
     records = runner.load_records(out, log=log)
     table = tables.write_tables(grid, records, out, args.seeds)

@@ -6,7 +6,10 @@ Layout under the output directory OUT:
     OUT/records/<cell>__seed<s>.json   the result record, written atomically at the end
 
 A record exists only for a finished cell x seed, so a rerun after a crash or kill
-skips the finished ones and resumes the others from their workdirs. The training
+skips the finished ones and resumes the others from their workdirs. A cell whose full
+config (seed included) equals that of a record in a sibling grid's output (the same
+baseline in several MeKi tables, say) reuses that run: its record is copied with
+``reused_from`` naming the source, and nothing is trained twice. The training
 function and the config loader are injectable (tests pass fakes); by default they
 are edge_jax.train.loop.train_and_evaluate and edge_jax.config.load_config.
 """
@@ -55,6 +58,7 @@ class Unit:
 @dataclasses.dataclass
 class RunSummary:
     ran: list[Unit] = dataclasses.field(default_factory=list)
+    reused: list[Unit] = dataclasses.field(default_factory=list)
     skipped: list[Unit] = dataclasses.field(default_factory=list)
     failed: list[tuple[Unit, str]] = dataclasses.field(default_factory=list)
 
@@ -90,9 +94,11 @@ def run_grid(grid: Grid, out: str | Path, units: Iterable[Unit], *,
              extra_overrides: dict[str, Any] | None = None,
              train_fn: TrainFn | None = None,
              load_config: LoadConfigFn | None = None,
-             log: Callable[[str], None] = print) -> RunSummary:
-    """Run every unit that has no record yet; a failing unit is logged and left out."""
+             log: Callable[[str], None] = print, reuse: bool = True) -> RunSummary:
+    """Run every unit that has no record yet; a failing unit is logged and left out.
+    With ``reuse``, records in the sibling directories of ``out`` may stand in for runs."""
     out = Path(out)
+    donors = sibling_outputs(out) if reuse else []
     check_out_dir(grid, out)
     train_fn = train_fn or _default_train_fn
     load_config = load_config or _default_load_config
@@ -107,7 +113,7 @@ def run_grid(grid: Grid, out: str | Path, units: Iterable[Unit], *,
         log(f"{tag}: running in {workdir(out, unit)}")
         try:
             record = run_unit(grid, unit, out, extra_overrides=extra_overrides,
-                              train_fn=train_fn, load_config=load_config)
+                              train_fn=train_fn, load_config=load_config, reuse_from=donors)
         except Exception as e:  # noqa: BLE001 - one cell failing must not stop the grid
             msg = _one_line(e)
             log_file = workdir(out, unit) / "error.log"
@@ -120,6 +126,10 @@ def run_grid(grid: Grid, out: str | Path, units: Iterable[Unit], *,
             summary.failed.append((unit, f"{type(e).__name__}: {msg}"))
             continue
         value = record["metrics"].get(grid.metric)
+        if record.get("reused_from"):
+            log(f"{tag}: reused {record['reused_from']}, {grid.metric}={_short(value)}")
+            summary.reused.append(unit)
+            continue
         log(f"{tag}: done, {grid.metric}={_short(value)} in {record['wall_time_s']:.1f} s")
         summary.ran.append(unit)
     return summary
@@ -128,12 +138,19 @@ def run_grid(grid: Grid, out: str | Path, units: Iterable[Unit], *,
 def run_unit(grid: Grid, unit: Unit, out: str | Path, *,
              extra_overrides: dict[str, Any] | None = None,
              train_fn: TrainFn = _default_train_fn,
-             load_config: LoadConfigFn = _default_load_config) -> dict:
-    """Train one cell x seed in its workdir and write its record; returns the record."""
+             load_config: LoadConfigFn = _default_load_config,
+             reuse_from: Iterable[Path] = ()) -> dict:
+    """Train one cell x seed in its workdir (or reuse an identical run) and write its record."""
     t0 = time.time()
     started_at = _now()
     overrides = grid.overrides(unit.cell, unit.seed, extra_overrides)
     config = load_config(grid.base, overrides)
+    donor = find_identical_run(reuse_from, _config_dict(config), grid.metric)
+    if donor is not None:
+        record = dict(donor[1], grid=grid.name, title=grid.title, ablation_file=grid.path, preset=grid.preset,
+                      cell=unit.cell, base=grid.base, overrides=_jsonable(overrides), reused_from=str(donor[0]))
+        write_json_atomic(record_path(out, unit), record)
+        return record
     wd = workdir(out, unit)
     resumed = _claim_workdir(wd, grid, overrides)
     result = train_fn(config, str(wd))
@@ -170,6 +187,35 @@ def run_unit(grid: Grid, unit: Unit, out: str | Path, *,
     write_json_atomic(record_path(out, unit), record)
     (wd / "error.log").unlink(missing_ok=True)
     return record
+
+
+REUSE_IGNORED = ("data.data_dir", "train.ckpt_every", "train.keep_ckpts", "train.log_every")
+
+
+def sibling_outputs(out: Path) -> list[Path]:
+    """Other grid output directories beside ``out`` (results/<grid>)."""
+    parent = out.resolve().parent
+    if not parent.is_dir():
+        return []
+    return sorted(d for d in parent.iterdir() if d.is_dir() and d != out.resolve() and (d / "records").is_dir())
+
+
+def find_identical_run(dirs: Iterable[Path], config: dict, metric: str) -> tuple[Path, dict] | None:
+    """``(path, record)`` of a finished, not itself reused, run with the same config, or None."""
+    from edge_jax.config import flatten
+    want = {k: v for k, v in flatten(config).items() if k not in REUSE_IGNORED}
+    for d in dirs:
+        for path in sorted((Path(d) / "records").glob("*.json")):
+            try:
+                rec = json.loads(path.read_text())
+            except (OSError, ValueError):
+                continue
+            if not isinstance(rec, dict) or rec.get("reused_from") or metric not in rec.get("metrics", {}):
+                continue
+            have = {k: v for k, v in flatten(rec.get("config", {})).items() if k not in REUSE_IGNORED}
+            if have == want:
+                return path, rec
+    return None
 
 
 def _claim_workdir(wd: Path, grid: Grid, overrides: dict) -> bool:

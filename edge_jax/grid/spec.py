@@ -15,7 +15,9 @@ An ablation file defines `get_grid(preset: str) -> dict` with these keys:
                       "higher_is_better": bool,
                       "source": where in the paper, e.g. "PLM Fig. 10",
                       "order": optional [cell, ...] best first, for a paper that
-                               states an ordering without numbers}
+                               states an ordering without numbers; an entry may be a
+                               list of cells the paper does not order among themselves
+                               (e.g. ["best", ["rest1", "rest2"]])}
     notes            free text shown under the table
 
 Every problem is reported as one line through `GridSpecError`.
@@ -51,11 +53,16 @@ class PaperRef:
     source: str
     order: tuple[str, ...]          # best first: explicit, or derived from values
     order_is_explicit: bool
+    tied: tuple[tuple[str, ...], ...] = ()   # explicit groups the paper leaves unordered
 
     def ranks(self) -> dict[str, int]:
         """Paper rank per ranked cell, 1 = best; equal paper values share a rank."""
         if self.order_is_explicit:
-            return {cell: i + 1 for i, cell in enumerate(self.order)}
+            group = {cell: g[0] for g in self.tied for cell in g}
+            ranks = {}
+            for i, cell in enumerate(self.order):
+                ranks[cell] = ranks[group[cell]] if cell in group and group[cell] != cell else i + 1
+            return ranks
         ranks: dict[str, int] = {}
         for i, cell in enumerate(self.order):
             prev = self.order[i - 1] if i else None
@@ -206,6 +213,8 @@ def _check_paper(paper: Any, cells: dict, fail) -> PaperRef:
                         paper["source"], derived, order_is_explicit=False)
     if not isinstance(order, (list, tuple)) or not order:
         raise fail("paper.order must be a non-empty list of cell names, best first")
+    tied = tuple(tuple(g) for g in order if isinstance(g, (list, tuple)))
+    order = [c for g in order for c in (g if isinstance(g, (list, tuple)) else [g])]
     for cell in order:
         if cell not in cells:
             raise fail(f"paper.order names {cell!r}, which is not a cell; "
@@ -221,7 +230,7 @@ def _check_paper(paper: Any, cells: dict, fail) -> PaperRef:
             if (va < vb) if paper["higher_is_better"] else (va > vb):
                 raise fail(f"paper.order puts {a!r} before {b!r} but paper.values say otherwise")
     return PaperRef(paper["metric"], values, paper["higher_is_better"], paper["source"],
-                    tuple(order), order_is_explicit=True)
+                    tuple(order), order_is_explicit=True, tied=tied)
 
 
 def _one_line(e: BaseException) -> str:

@@ -6,10 +6,12 @@ from functools import partial
 import flax.linen as nn
 import jax
 import ml_collections
+import numpy as np
 
 from edge_jax.models.decoder import DecoderLM, ModelConfig
+from edge_jax.models.fold import folded_config
 from edge_jax.models.inputs import example_inputs
-from edge_jax.models.presets import MODEL_SIZES, PAPER_PARAMS
+from edge_jax.models.presets import MEKI_PAPER, MODEL_SIZES, PAPER_PARAMS
 
 
 def abstract_params(model: nn.Module, seq_len: int = 8):
@@ -17,13 +19,33 @@ def abstract_params(model: nn.Module, seq_len: int = 8):
     return jax.eval_shape(partial(model.init, **example_inputs(model.cfg, 1, seq_len)), jax.random.key(0))
 
 
+# Parameters stored in ROM (flash) at inference: token- or n-gram-indexed memory tables.
+ROM_AXES = {("vocab", "mem"), ("ngram", "mem")}
+
+
+def _sizes(model_cfg: ModelConfig) -> list[tuple[str, int, tuple]]:
+    """(path, size, logical axis names) of every parameter of the model."""
+    boxed = abstract_params(DecoderLM(model_cfg))["params"]
+    flat = jax.tree_util.tree_flatten_with_path(boxed, is_leaf=lambda x: isinstance(x, nn.Partitioned))[0]
+    return [(jax.tree_util.keystr(path), int(np.prod(nn.unbox(leaf).shape)), tuple(getattr(leaf, "names", ())))
+            for path, leaf in flat]
+
+
 def param_breakdown(model_cfg: ModelConfig) -> dict:
-    params = nn.unbox(abstract_params(DecoderLM(model_cfg))["params"])
-    flat = jax.tree_util.tree_flatten_with_path(params)[0]
-    total = sum(leaf.size for _, leaf in flat)
-    embed = sum(leaf.size for path, leaf in flat if jax.tree_util.keystr(path).startswith("['embed']"))
-    head = sum(leaf.size for path, leaf in flat if jax.tree_util.keystr(path).startswith("['lm_head']"))
-    return {"total": total, "embedding": embed, "lm_head": head, "non_embedding": total - embed - head}
+    """Training-form counts, plus what inference keeps in RAM and what goes to ROM.
+
+    ``ram`` and ``rom`` are counted on the inference form: a MeKi model after folding (its
+    training-only projection G disappears into the table). ``rom`` is every memory table.
+    """
+    train = _sizes(model_cfg)
+    total = sum(n for _, n, _ in train)
+    embed = sum(n for path, n, _ in train if path.startswith("['embed']"))
+    head = sum(n for path, n, _ in train if path.startswith("['lm_head']"))
+    out = {"total": total, "embedding": embed, "lm_head": head, "non_embedding": total - embed - head}
+    infer = _sizes(folded_config(model_cfg))
+    rom = sum(n for _, n, names in infer if names in ROM_AXES)
+    out.update(ram=sum(n for _, n, _ in infer) - rom, rom=rom)
+    return out
 
 
 def paper_size_of(model: ml_collections.ConfigDict) -> str | None:
@@ -33,15 +55,24 @@ def paper_size_of(model: ml_collections.ConfigDict) -> str | None:
     return None
 
 
+def _versus(label: str, ours: int, paper: float) -> str:
+    ratio = ours / paper
+    return (f"{label:>14}: {paper / 1e9:.2f}B  ours/paper = {ratio:.4f} "
+            f"({'within' if abs(ratio - 1) <= 0.03 else 'OUTSIDE'} 3%)")
+
+
 def report_params(config) -> str:
-    """Counts beside the paper's RAM params; ``config.model.vocab_size`` must already be resolved."""
+    """Counts beside the paper's; ``config.model.vocab_size`` must already be resolved."""
     if config.model.vocab_size <= 0:
         raise ValueError("model.vocab_size is unresolved; pass the config through train.setup.resolve_config")
     counts = param_breakdown(ModelConfig.from_config(config.model))
-    lines = [f"{k:>14}: {v / 1e9:.4f}B ({v:,})" for k, v in counts.items()]
+    names = {"total": "total (train)", "ram": "RAM params", "rom": "ROM weights"}
+    lines = [f"{names.get(k, k):>14}: {v / 1e9:.4f}B ({v:,})" for k, v in counts.items()]
     paper = paper_size_of(config.model)
-    if paper:
-        ratio = counts["total"] / PAPER_PARAMS[paper]
-        lines.append(f"{'paper (RAM)':>14}: {PAPER_PARAMS[paper] / 1e9:.2f}B  ours/paper = {ratio:.4f} "
-                     f"({'within' if abs(ratio - 1) <= 0.03 else 'OUTSIDE'} 3%)")
+    memory = config.model.memory
+    if paper and memory == "none":
+        lines.append(_versus("paper (RAM)", counts["ram"], PAPER_PARAMS[paper]))
+    elif paper and memory == "meki" and config.model.d_mem == MEKI_PAPER[paper]["d_mem"]:
+        lines.append(_versus("MeKi RAM", counts["ram"], MEKI_PAPER[paper]["ram"]))
+        lines.append(_versus("MeKi ROM", counts["rom"], MEKI_PAPER[paper]["rom"]))
     return "\n".join(lines)

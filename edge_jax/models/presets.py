@@ -7,6 +7,8 @@ _QWEN3 = dict(vocab_size=151_680, head_dim=128, n_kv_heads=8, rope_theta=500_000
 MODEL_SIZES = {
     # Trains on a 2-core CPU at several thousand tokens/s (byte vocabulary).
     "tiny": dict(d_model=128, n_layers=4, n_heads=4, n_kv_heads=2, head_dim=32, d_ff=384),
+    # A second tiny scale (1.5x wider) for MeKi Table 1's "several scales".
+    "tiny_plus": dict(d_model=192, n_layers=4, n_heads=6, n_kv_heads=2, head_dim=32, d_ff=576),
     "small": dict(d_model=256, n_layers=6, n_heads=8, n_kv_heads=4, head_dim=32, d_ff=768),
     "qwen3_0p6b": dict(_QWEN3, d_model=1024, n_layers=28, n_heads=16, d_ff=3072),
     "qwen3_1p7b": dict(_QWEN3, d_model=2048, n_layers=28, n_heads=16, d_ff=6144),
@@ -16,10 +18,19 @@ MODEL_SIZES = {
 # RAM parameter counts the papers report for the dense baselines (MeKi Table 5).
 PAPER_PARAMS = {"qwen3_0p6b": 0.60e9, "qwen3_1p7b": 1.75e9, "qwen3_4b": 4.12e9}
 
+# MeKi Table 5: memory width and the RAM / ROM counts of MeKi-0.6B / 1.7B / 4B.
+MEKI_PAPER = {
+    "qwen3_0p6b": dict(d_mem=128, ram=0.60e9, rom=0.54e9),
+    "qwen3_1p7b": dict(d_mem=256, ram=1.75e9, rom=1.09e9),
+    "qwen3_4b": dict(d_mem=512, ram=4.12e9, rom=2.80e9),
+}
+
 # Data and schedule per size: tiny/small for this CPU, paper sizes follow MeKi §4.1.
 TRAIN_PRESETS = {
     "tiny": dict(data=dict(seq_len=128, batch_size=16), train=dict(steps=300, lr=3e-3, min_lr=3e-4,
                                                                     warmup_steps=30)),
+    "tiny_plus": dict(data=dict(seq_len=128, batch_size=16), train=dict(steps=300, lr=3e-3, min_lr=3e-4,
+                                                                         warmup_steps=30)),
     "small": dict(data=dict(seq_len=256, batch_size=16), train=dict(steps=1000, lr=2e-3, min_lr=2e-4,
                                                                      warmup_steps=100)),
 }

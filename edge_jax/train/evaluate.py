@@ -2,16 +2,14 @@
 from __future__ import annotations
 
 import os
-from functools import partial
 
 import jax
 
-from edge_jax.data import load_qa, make_eval_batches
-from edge_jax.models.generate import exact_match
-from edge_jax.models.inputs import host_inputs, with_host_inputs
+from edge_jax.data import make_eval_batches
+from edge_jax.models.inputs import with_host_inputs
 from edge_jax.sharding import batch_sharding
 from edge_jax.train.checkpoint import Checkpointer
-from edge_jax.train.loop import evaluate, load_workdir_config
+from edge_jax.train.loop import evaluate, load_workdir_config, question_answering
 from edge_jax.train.setup import build
 from edge_jax.train.state import abstract_train_state
 from edge_jax.train.step import make_eval_step
@@ -40,8 +38,5 @@ def evaluate_workdir(workdir: str, num_batches: int = 0, split: str = "validatio
                for b in make_eval_batches(run.config.data, run.tokenizer, split, num_batches)]
     out = dict(evaluate(eval_step, state.params, batches, sharding), step=step, batches=len(batches))
     if qa:
-        questions = load_qa(run.config.data, run.config.data.data_dir)
-        questions = questions[:max_questions] if max_questions else questions
-        out.update(exact_match(run.model.apply, state.params, run.tokenizer, questions,
-                               host_fn=partial(host_inputs, run.model.cfg)))
+        out.update(question_answering(run, state.params, max_questions or -1))
     return out

@@ -5,14 +5,16 @@ import json
 import math
 import os
 import time
+from functools import partial
 
 import jax
 import numpy as np
 
 from edge_jax.atomic import write_json_atomic
 from edge_jax.config import flatten
-from edge_jax.data import make_eval_batches, make_train_iter
-from edge_jax.models.inputs import with_host_inputs
+from edge_jax.data import load_qa, make_eval_batches, make_train_iter
+from edge_jax.models.generate import exact_match
+from edge_jax.models.inputs import host_inputs, with_host_inputs
 from edge_jax.sharding import batch_sharding, maybe_initialize_distributed
 from edge_jax.train.checkpoint import Checkpointer
 from edge_jax.train.metrics import MetricsWriter, read_jsonl
@@ -48,7 +50,7 @@ def evaluate(eval_step, params, batches, sharding) -> dict:
 
 
 RESUMABLE_CHANGES = ("train.steps", "train.log_every", "train.eval_every", "train.eval_batches",
-                     "train.ckpt_every", "train.keep_ckpts", "data.data_dir", "mesh.data", "mesh.fsdp", "mesh.tensor")
+                     "train.ckpt_every", "train.keep_ckpts", "train.qa_questions", "data.data_dir", "mesh.data", "mesh.fsdp", "mesh.tensor")
 
 
 def save_config(config, workdir: str) -> None:
@@ -125,12 +127,22 @@ def train_and_evaluate(config, workdir: str, devices=None) -> dict:
         result = dict(final, train_loss=last.get("loss", float("nan")), steps=t.steps,
                       tokens_per_s=tokens_per_step * timed_steps / timed_s if timed_s else float("nan"),
                       step_time_s=timed_s / timed_steps if timed_steps else float("nan"))
+        if t.qa_questions:
+            result.update(question_answering(run, state.params, t.qa_questions))
     finally:
         writer.close()
         ckpt.close()
     if lead:
         write_json_atomic(os.path.join(workdir, "final_metrics.json"), result)
     return result
+
+
+def question_answering(run, params, limit: int) -> dict:
+    """Greedy exact match on the first ``limit`` questions of the dataset (all when -1)."""
+    questions = load_qa(run.config.data, run.config.data.data_dir)
+    questions = questions if limit < 0 else questions[:limit]
+    return exact_match(run.model.apply, params, run.tokenizer, questions,
+                       host_fn=partial(host_inputs, run.model.cfg))
 
 
 def _last_train_record(workdir: str) -> dict:

@@ -1,0 +1,43 @@
+"""MeKi (and the PLE / Engram baselines) on the Qwen3-style decoder.
+
+    edge-jax train --config configs/meki.py:size=tiny --workdir /tmp/meki
+    edge-jax params --config configs/meki.py:size=qwen3_1p7b          # RAM / ROM vs Table 5
+    edge-jax train --config configs/meki.py:size=tiny,memory=none ...  # the dense baseline
+
+Arguments: size (tiny, tiny_plus, small, qwen3_0p6b, qwen3_1p7b, qwen3_4b), memory (meki, ple,
+engram, none), d_mem (0: the size's default: Table 5 at paper sizes, d_model/2 on CPU sizes).
+
+CPU sizes train on pystdlib with the facts corpus mixed in (400 people, its text 16 times, about
+a quarter of the training tokens) with a 4096-piece BPE vocabulary, since a byte vocabulary would
+hide a |V| x d_mem memory. Validation loss is on pystdlib (the first part); after training, 300
+held-out facts questions are answered greedily for exact-match recall.
+"""
+from edge_jax.config import ConfigError, base_config, parse_arg
+from edge_jax.models.presets import MEKI_PAPER, MODEL_SIZES, TRAIN_PRESETS
+
+MEMORIES = ("meki", "ple", "engram", "none")
+CPU_DATA = dict(name="pystdlib+facts*16", tokenizer="spm:4096", facts_entities=400)
+
+
+def get_config(arg=None):
+    a = parse_arg(arg, size="tiny", memory="meki", d_mem=0)
+    if a.size not in MODEL_SIZES:
+        raise ConfigError(f"unknown size {a.size!r}; valid: {', '.join(MODEL_SIZES)}")
+    if a.memory not in MEMORIES:
+        raise ConfigError(f"unknown memory {a.memory!r}; valid: {', '.join(MEMORIES)}")
+    c = base_config()
+    c.model.update(MODEL_SIZES[a.size])
+    for section, values in TRAIN_PRESETS[a.size].items():
+        c[section].update(values)
+    c.model.memory = a.memory
+    paper = MEKI_PAPER.get(a.size)
+    c.model.d_mem = a.d_mem or (paper["d_mem"] if paper else c.model.d_model // 2)
+    if a.memory == "engram":
+        # Engram at a third of the depth, as the paper's early-layer placement; per-head tables
+        # sized so the ROM matches MeKi's L * |V| * d_mem (see layers/engram.py).
+        c.model.engram_layers = (c.model.n_layers // 3,) if c.model.n_layers < 12 else (1, c.model.n_layers // 2)
+    if not paper:
+        c.data.update(CPU_DATA)
+        c.train.qa_questions = 300
+        c.train.eval_every = 100
+    return c
