@@ -5,13 +5,23 @@
 PLE uses d_ple = d_mem (ROM L*|V|*d_mem, as MeKi); Engram's tables are sized to a similar ROM
 (configs/meki.py, layers/engram.py). The baseline row is Table 1's.
 """
+from edge_jax.data.ngram_hash import matched_table_size
 from edge_jax.grid.meki import BASELINE, MEKI, ZERO_SHOT, meki_grid
+
+# (n_layers, vocab, Engram layers) of the preset's base model; as configs/meki.py:memory=engram.
+SHAPES = {"tiny": (4, 4096, (1,)), "paper": (28, 151_680, (1, 14))}
+
+
+def engram_cell(preset: str) -> dict:
+    layers, vocab, at = SHAPES.get(preset, SHAPES["tiny"])
+    return {"model.memory": "engram", "model.engram_layers": at,
+            "model.engram_table_size": matched_table_size(layers, vocab, len(at), (2, 3), 4)}
 
 
 def get_grid(preset: str) -> dict:
     return meki_grid(
         preset, name="meki_vs_ple_engram", title="MeKi Table 2: PLE vs Engram vs MeKi at matched ROM",
-        cells={"baseline": BASELINE, "ple": {"model.memory": "ple"}, "engram": {"model.memory": "engram"},
+        cells={"baseline": BASELINE, "ple": {"model.memory": "ple"}, "engram": engram_cell(preset),
                "meki": MEKI},
         paper={"metric": ZERO_SHOT, "higher_is_better": True, "source": "MeKi Tables 1-2 (0.6B)",
                "values": {"baseline": 53.0, "ple": 53.5, "engram": 53.7, "meki": 55.5}})

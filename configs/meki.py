@@ -13,6 +13,7 @@ hide a |V| x d_mem memory. Validation loss is on pystdlib (the first part); afte
 held-out facts questions are answered greedily for exact-match recall.
 """
 from edge_jax.config import ConfigError, base_config, parse_arg
+from edge_jax.data.ngram_hash import matched_table_size
 from edge_jax.models.presets import MEKI_PAPER, MODEL_SIZES, TRAIN_PRESETS
 
 MEMORIES = ("meki", "ple", "engram", "none")
@@ -32,12 +33,15 @@ def get_config(arg=None):
     c.model.memory = a.memory
     paper = MEKI_PAPER.get(a.size)
     c.model.d_mem = a.d_mem or (paper["d_mem"] if paper else c.model.d_model // 2)
-    if a.memory == "engram":
-        # Engram at a third of the depth, as the paper's early-layer placement; per-head tables
-        # sized so the ROM matches MeKi's L * |V| * d_mem (see layers/engram.py).
-        c.model.engram_layers = (c.model.n_layers // 3,) if c.model.n_layers < 12 else (1, c.model.n_layers // 2)
     if not paper:
         c.data.update(CPU_DATA)
         c.train.qa_questions = 300
         c.train.eval_every = 100
+    if a.memory == "engram":
+        # Engram at a third of the depth (the paper puts it in early layers), per-head tables
+        # sized so its ROM matches MeKi's L * |V| * d_mem (ngram_hash.matched_table_size).
+        c.model.engram_layers = (c.model.n_layers // 3,) if c.model.n_layers < 12 else (1, c.model.n_layers // 2)
+        vocab = c.model.vocab_size or int(c.data.tokenizer.partition(":")[2] or 256)
+        c.model.engram_table_size = matched_table_size(c.model.n_layers, vocab, len(c.model.engram_layers),
+                                                       c.model.engram_orders, c.model.engram_heads)
     return c

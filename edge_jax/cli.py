@@ -55,6 +55,21 @@ def _cmd_params(args, overrides) -> int:
     return 0
 
 
+def _cmd_analyze_logit_lens(args, overrides) -> int:
+    from edge_jax.analysis.logit_lens import run_logit_lens
+    if args.label and len(args.label) != len(args.workdir):
+        raise ConfigError(f"{len(args.label)} --label for {len(args.workdir)} --workdir; give one per workdir or none")
+    if len(set(args.label)) != len(args.label):
+        raise ConfigError(f"--label values must be distinct, got {args.label}")
+    if args.tokens <= 0:
+        raise ConfigError(f"--tokens={args.tokens} must be positive")
+    out = run_logit_lens(args.workdir, args.out, args.label or None, args.tokens)
+    for label, r in zip(out["labels"], out["results"]):
+        print(f"{label}: step={r['step']} tokens={r['tokens']} kl=" + ",".join(f"{v:.4g}" for v in r["kl"]))
+    print(f"wrote {out['paths']['md']}, {out['paths']['csv']}, {out['paths']['png']}")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="edge-jax", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
@@ -80,6 +95,14 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("bench", help="benchmarks that print ratios measured in one run")
     bench_command.add_arguments(p)
     p.set_defaults(fn=lambda a, o: bench_command.run(a, o))
+    p = sub.add_parser("analyze", help="analyses of trained workdirs")
+    analyses = p.add_subparsers(dest="analysis", required=True)
+    p = analyses.add_parser("logit-lens", help="per-layer KL of early-exit predictions vs the final output")
+    p.add_argument("--workdir", action="append", required=True, help="trained workdir (repeatable)")
+    p.add_argument("--label", action="append", default=[], help="one per --workdir (default: base names)")
+    p.add_argument("--tokens", type=int, default=10_000, help="validation tokens to average over")
+    p.add_argument("--out", required=True, help="writes logit_lens.md, .csv and .png here")
+    p.set_defaults(fn=_cmd_analyze_logit_lens)
     return parser
 
 

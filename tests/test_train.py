@@ -107,3 +107,19 @@ def test_resume_with_another_model_is_refused(tiny_config, tmp_path):
         train_and_evaluate(tiny_config(**{"train.steps": 5, "model.d_model": 32}), wd)
     train_and_evaluate(tiny_config(**{"train.steps": 5}), wd)  # more steps: resumes
     assert sorted(losses(wd)) == [1, 2, 3, 4, 5]
+
+
+def test_checkpoint_tokenizer_mismatch_is_one_line(tmp_path):
+    from types import SimpleNamespace
+
+    from edge_jax.config import ConfigError, base_config
+    from edge_jax.train.setup import check_tokenizer
+    config = base_config()
+    config.model.vocab_size = 320
+    check_tokenizer(str(tmp_path), SimpleNamespace(name="spm4096-aaaa", vocab_size=300), config, write=True)
+    check_tokenizer(str(tmp_path), SimpleNamespace(name="spm4096-aaaa", vocab_size=300), config)  # same: fine
+    with pytest.raises(ConfigError, match="was trained with tokenizer spm4096-aaaa") as e:
+        check_tokenizer(str(tmp_path), SimpleNamespace(name="spm4096-bbbb", vocab_size=300), config)
+    assert "\n" not in str(e.value)
+    with pytest.raises(ConfigError, match="fewer than the tokenizer's 400 ids"):
+        check_tokenizer(str(tmp_path / "new"), SimpleNamespace(name="x", vocab_size=400), config)

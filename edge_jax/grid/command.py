@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import ast
+import importlib
 import sys
 from pathlib import Path
 from typing import Any
@@ -107,6 +108,10 @@ def run(args: argparse.Namespace, *, train_fn: runner.TrainFn | None = None,
     records = runner.load_records(out, log=log)
     table = tables.write_tables(grid, records, out, args.seeds)
     plots.write_curves(grid, records, out)
+    if grid.post and records:
+        module, _, fn = grid.post.partition(":")
+        written = getattr(importlib.import_module(module), fn)(grid, records, out)
+        log(f"{grid.post}: wrote {', '.join(str(p) for p in written)}")
     missing = sum(len(r.missing_seeds) for r in table.rows)
     log(f"wrote {out / 'table.md'}, {out / 'table.csv'}, {out / 'curves.png'} "
         f"from {len(table.records)} record(s)" + (f"; {missing} missing" if missing else ""))

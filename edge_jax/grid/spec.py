@@ -19,6 +19,9 @@ An ablation file defines `get_grid(preset: str) -> dict` with these keys:
                                list of cells the paper does not order among themselves
                                (e.g. ["best", ["rest1", "rest2"]])}
     notes            free text shown under the table
+    post             optional "module:function" called as function(grid, records, out) after
+                     the table is written, for figures beyond the table (e.g. a scaling fit);
+                     it returns the paths it wrote
 
 Every problem is reported as one line through `GridSpecError`.
 """
@@ -37,6 +40,7 @@ REQUIRED_KEYS = ("name", "title", "base", "base_overrides", "cells", "metric",
                  "lower_is_better", "extra_metrics", "paper", "notes")
 PAPER_KEYS = ("metric", "values", "higher_is_better", "source")
 PAPER_OPTIONAL_KEYS = ("order",)
+OPTIONAL_KEYS = ("post",)
 # Cell and grid names become file and directory names.
 _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.+-]*$")
 
@@ -85,6 +89,7 @@ class Grid:
     notes: str
     preset: str
     path: str
+    post: str = ""
 
     def overrides(self, cell: str, seed: int, extra: dict[str, Any] | None = None) -> dict:
         """base_overrides | cell overrides | {"seed": seed} | extra (later wins)."""
@@ -125,9 +130,12 @@ def validate_grid(raw: Any, *, preset: str, path: str = "<grid>") -> Grid:
     missing = [k for k in REQUIRED_KEYS if k not in raw]
     if missing:
         raise fail(f"missing key(s): {', '.join(missing)}")
-    unknown = sorted(set(raw) - set(REQUIRED_KEYS))
+    unknown = sorted(set(raw) - set(REQUIRED_KEYS) - set(OPTIONAL_KEYS))
     if unknown:
-        raise fail(f"unknown key(s): {', '.join(unknown)}; valid: {', '.join(REQUIRED_KEYS)}")
+        raise fail(f"unknown key(s): {', '.join(unknown)}; valid: {', '.join(REQUIRED_KEYS + OPTIONAL_KEYS)}")
+    post = raw.get("post", "")
+    if not isinstance(post, str) or (post and not re.match(r"^[\w.]+:\w+$", post)):
+        raise fail(f"'post' must be 'module:function', got {post!r}")
 
     for key in ("name", "title", "base", "metric"):
         if not isinstance(raw[key], str) or not raw[key].strip():
@@ -162,7 +170,7 @@ def validate_grid(raw: Any, *, preset: str, path: str = "<grid>") -> Grid:
         base_overrides=base_overrides, cells=cells, metric=raw["metric"],
         lower_is_better=raw["lower_is_better"], extra_metrics=tuple(extra),
         paper=_check_paper(raw["paper"], cells, fail), notes=raw["notes"],
-        preset=preset, path=path)
+        preset=preset, path=path, post=post)
 
 
 def _check_overrides(overrides: Any, where: str, fail) -> dict[str, Any]:

@@ -10,7 +10,7 @@ from edge_jax.models.inputs import with_host_inputs
 from edge_jax.sharding import batch_sharding
 from edge_jax.train.checkpoint import Checkpointer
 from edge_jax.train.loop import evaluate, load_workdir_config, question_answering
-from edge_jax.train.setup import build
+from edge_jax.train.setup import build, check_tokenizer
 from edge_jax.train.state import abstract_train_state
 from edge_jax.train.step import make_eval_step
 
@@ -18,6 +18,7 @@ from edge_jax.train.step import make_eval_step
 def restore_latest(workdir: str, devices=None):
     """``(run_setup, state, step)`` for the newest checkpoint in ``workdir``."""
     run = build(load_workdir_config(workdir), devices)
+    check_tokenizer(workdir, run.tokenizer, run.config)
     ckpt = Checkpointer(os.path.join(workdir, "checkpoints"), run.config.train.keep_ckpts, 1)
     step = ckpt.latest_step()
     if step is None:

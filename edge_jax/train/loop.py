@@ -18,7 +18,7 @@ from edge_jax.models.inputs import host_inputs, with_host_inputs
 from edge_jax.sharding import batch_sharding, maybe_initialize_distributed
 from edge_jax.train.checkpoint import Checkpointer
 from edge_jax.train.metrics import MetricsWriter, read_jsonl
-from edge_jax.train.setup import build
+from edge_jax.train.setup import build, check_tokenizer
 from edge_jax.train.state import abstract_train_state, create_train_state
 from edge_jax.train.step import make_eval_step, make_train_step
 
@@ -76,6 +76,7 @@ def train_and_evaluate(config, workdir: str, devices=None) -> dict:
     lead = jax.process_index() == 0
     if lead:
         save_config(cfg, workdir)
+        check_tokenizer(workdir, run.tokenizer, cfg, write=True)
     abstract, shardings = abstract_train_state(run.model, run.tx, run.mesh)
     data_sharding = batch_sharding(run.mesh)
     train_iter = make_train_iter(cfg.data, run.tokenizer, cfg.seed, jax.process_index(), jax.process_count())

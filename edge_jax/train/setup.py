@@ -2,9 +2,12 @@
 from __future__ import annotations
 
 import dataclasses
+import json
+import os
 
 import ml_collections
 
+from edge_jax.atomic import write_json_atomic
 from edge_jax.config import ConfigError
 from edge_jax.data import get_tokenizer
 from edge_jax.models import DecoderLM, ModelConfig
@@ -41,6 +44,25 @@ def resolve_config(config):
     tok = get_tokenizer(config.data.tokenizer, config.data.name, config.data.data_dir)
     resolve_vocab(config, tok)
     return config, tok
+
+
+def check_tokenizer(workdir: str, tokenizer, config, write: bool = False) -> None:
+    """The tokenizer must be the one the workdir's checkpoints were trained with (its name carries
+    a hash of the model file); ``write`` records it for a new run."""
+    path = os.path.join(workdir, "tokenizer.json")
+    now = {"name": tokenizer.name, "vocab_size": tokenizer.vocab_size}
+    if os.path.exists(path):
+        with open(path) as f:
+            then = json.load(f)
+        if then.get("name") != now["name"]:
+            raise ConfigError(f"checkpoint in {workdir} was trained with tokenizer {then.get('name')} "
+                              f"({then.get('vocab_size')} ids) but data.tokenizer={config.data.tokenizer!r} now gives "
+                              f"{now['name']} ({now['vocab_size']} ids); restore that tokenizer or use a new workdir")
+    elif write:
+        write_json_atomic(path, now)
+    if tokenizer.vocab_size > config.model.vocab_size:
+        raise ConfigError(f"checkpoint in {workdir} has a {config.model.vocab_size}-row vocabulary, fewer than "
+                          f"the tokenizer's {tokenizer.vocab_size} ids; use the tokenizer it was trained with")
 
 
 def build(config, devices=None) -> RunSetup:
