@@ -17,7 +17,7 @@ EXTRA_METRICS = ["val_ppl", "exact_match", "train_loss", "tokens_per_s"]
 ZERO_SHOT = "avg zero-shot accuracy over 10 tasks (%)"
 
 TINY_NOTES = (
-    "Tiny preset: Qwen3-style decoder, d_model 128, 4 layers, 300 steps of 16 x 128 tokens on "
+    "Tiny preset: Qwen3-style decoder, d_model 128, 4 layers, 200 steps of 16 x 128 tokens on "
     "pystdlib with the facts corpus mixed in (configs/meki.py), 4096-piece BPE vocabulary, "
     "MeKi d_mem 64 (ROM 1.05M weights beside 1.38M RAM parameters, close to the paper's "
     "0.54B ROM / 0.60B RAM). Our metric is pystdlib validation loss; exact_match is greedy "
