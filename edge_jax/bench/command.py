@@ -5,14 +5,27 @@ import argparse
 
 BENCHMARKS = {
     "train-step": "edge_jax.bench.train_step",
+    "meki-decode": "edge_jax.bench.meki_decode",
 }
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("name", choices=sorted(BENCHMARKS), help="which benchmark")
-    parser.add_argument("--config", default="configs/lm.py:size=tiny", help="path/to/config.py[:arg]")
+    parser.add_argument("--config", default="configs/lm.py:size=tiny", help="path/to/config.py[:arg] (train-step)")
     parser.add_argument("--repeats", type=int, default=5, help="timed rounds (median reported)")
-    parser.add_argument("--steps", type=int, default=20, help="steps per timed round")
+    parser.add_argument("--steps", type=int, default=20, help="steps per timed round (train-step)")
+    g = parser.add_argument_group("meki-decode", "model size (default: d_model 512, 8 layers, 8/4 heads x 64, "
+                                  "d_ff 1536, vocab 32000, d_mem 64) and decoding shape")
+    g.add_argument("--preset", default=None, help="a size from edge_jax.models.presets.MODEL_SIZES, e.g. qwen3_0p6b "
+                   "(d_mem then defaults to MeKi Table 5: 128 / 256 / 512 for 0.6B / 1.7B / 4B)")
+    for flag, help_ in (("--d-model", "model width"), ("--layers", "number of layers"), ("--heads", "query heads"),
+                        ("--kv-heads", "key/value heads"), ("--head-dim", "head width"), ("--d-ff", "FFN width"),
+                        ("--vocab", "vocabulary size"), ("--d-mem", "MeKi memory width")):
+        g.add_argument(flag, type=int, default=None, help=help_)
+    g.add_argument("--batch", type=int, default=1, help="sequences decoded together")
+    g.add_argument("--prompt", type=int, default=64, help="prompt tokens (prefilled, not timed)")
+    g.add_argument("--new-tokens", type=int, default=128, help="decode steps per timed round")
+    g.add_argument("--dtype", default="float32", help="compute and parameter dtype (float32, bfloat16, float16)")
 
 
 def run(args, overrides) -> int:

@@ -86,7 +86,7 @@ class Block(nn.Module):
         return h_BTD + self._meki(RMSNorm(c.norm_eps, "norm", c.param_dtype, name="meki_norm")(h_BTD), ctx)
 
     @nn.compact
-    def __call__(self, h_BTD, positions_BT, ctx):
+    def __call__(self, h_BTD, positions_BT, ctx, decode: bool = False):
         c = self.cfg
         common = dict(init_std=c.init_std, dtype=c.dtype, param_dtype=c.param_dtype)
         meki = c.meki_position if c.memory == "meki" else None
@@ -95,7 +95,7 @@ class Block(nn.Module):
                                    c.engram_kernel, c.norm_eps, name="engram", **common)(h_BTD, ctx["ngram_ids"])
         x = RMSNorm(c.norm_eps, "norm", c.param_dtype, name="attn_norm")(h_BTD)
         h_BTD = h_BTD + GQAttention(c.n_heads, c.n_kv_heads, c.head_dim, c.rope_theta, c.qk_norm,
-                                    c.norm_eps, name="attn", **common)(x, positions_BT)
+                                    c.norm_eps, name="attn", **common)(x, positions_BT, decode)
         if meki == "parallel_attn":
             h_BTD = h_BTD + self._meki(x, ctx)
         elif meki == "after_attn":
@@ -117,7 +117,7 @@ class DecoderLM(nn.Module):
 
     @nn.compact
     def __call__(self, tokens_BT, positions_BT=None, return_hidden: bool = False, ngram_ids=None,
-                 meki_rows=None):
+                 meki_rows=None, decode: bool = False):
         """``ngram_ids`` [B, T, N]: host-hashed Engram ids (memory=engram only). ``meki_rows``
         [B, T, L, d_mem]: folded MeKi rows gathered outside the model (e.g. from host memory)."""
         c = self.cfg
@@ -138,7 +138,7 @@ class DecoderLM(nn.Module):
                                    param_dtype=c.param_dtype, name="ple_inputs")(tokens_BT, h)
         hidden = []
         for i in range(c.n_layers):
-            h = Block(c, i, name=f"layers_{i}")(h, positions_BT, ctx)
+            h = Block(c, i, name=f"layers_{i}")(h, positions_BT, ctx, decode)
             h = nn.with_logical_constraint(h, ("batch", "seq", "embed"))
             hidden.append(h)
         h = RMSNorm(c.norm_eps, "norm", c.param_dtype, name="final_norm")(h)

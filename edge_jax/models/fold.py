@@ -10,6 +10,7 @@ training after an evaluation count the dynamic term twice).
 from __future__ import annotations
 
 import dataclasses
+from functools import partial
 from typing import Mapping
 
 import flax.linen as nn
@@ -31,16 +32,17 @@ def expert_module(cfg: ModelConfig) -> MeKiExpert:
                       cfg.norm_eps, cfg.init_std, cfg.dtype, cfg.param_dtype)
 
 
+@partial(jax.jit, static_argnums=0)
+def _expert_rows(module: MeKiExpert, p, ids_N, emb_ND):
+    return module.apply({"params": p}, ids_N[None], emb_ND[None])[0]
+
+
 def fold_table(cfg: ModelConfig, expert_params, embedding_VD):
-    """``M~`` [V, d_mem] for one layer, computed in chunks of the vocabulary."""
+    """``M~`` [V, d_mem] for one layer, computed in chunks of the vocabulary (compiled once per shape)."""
     module = expert_module(cfg)
-
-    @jax.jit
-    def chunk(p, ids_N, emb_ND):
-        return module.apply({"params": p}, ids_N[None], emb_ND[None])[0]
-
     V = embedding_VD.shape[0]
-    parts = [chunk(expert_params, jnp.arange(s, min(s + FOLD_CHUNK, V)), embedding_VD[s:s + FOLD_CHUNK])
+    parts = [_expert_rows(module, expert_params, jnp.arange(s, min(s + FOLD_CHUNK, V)),
+                          embedding_VD[s:s + FOLD_CHUNK])
              for s in range(0, V, FOLD_CHUNK)]
     return jnp.concatenate(parts, axis=0).astype(jnp.dtype(cfg.param_dtype))
 
