@@ -66,3 +66,34 @@ def exact_match(apply_fn, params, tokenizer, qa: list[dict], max_new_tokens: int
     out = {"exact_match": hits / max(len(qa), 1), "questions": len(qa)}
     out.update({f"exact_match/{k}": v[0] / v[1] for k, v in sorted(per_task.items())})
     return out
+
+
+def answer_nll(apply_fn, params, tokenizer, qa: list[dict], batch_size: int = 32, host_fn=None) -> dict:
+    """Teacher-forced mean negative log-likelihood (nats per token) of each gold answer after its
+    prompt, averaged over questions: a graded knowledge probe that still moves when a small model's
+    greedy exact match is at zero. The answer is the text after ``prompt + " "``, as in training."""
+    seqs, starts = [], []
+    for q in qa:
+        prompt = tokenizer.encode(q["prompt"])
+        full = tokenizer.encode(q["prompt"] + " " + q["answer"].strip())
+        if full[:len(prompt)] != prompt:  # tokenisation merged across the boundary: keep the pieces apart
+            full = prompt + tokenizer.encode(" " + q["answer"].strip())
+        seqs.append(full)
+        starts.append(len(prompt))
+    L = max(len(s) for s in seqs)
+
+    @jax.jit
+    def token_nll(params, tokens_BL, extra):
+        logp = jax.nn.log_softmax(apply_fn({"params": params}, tokens_BL, **extra)[:, :-1], axis=-1)
+        return -jnp.take_along_axis(logp, tokens_BL[:, 1:, None], axis=-1)[..., 0]
+
+    per_question = []
+    for b in range(0, len(seqs), batch_size):
+        chunk = seqs[b:b + batch_size]
+        buf = np.full((batch_size, L), tokenizer.pad_id, np.int32)
+        for i, s in enumerate(chunk):
+            buf[i, :len(s)] = s
+        nll = np.asarray(token_nll(params, buf, host_fn(buf) if host_fn else {}))
+        for i, s in enumerate(chunk):
+            per_question.append(float(nll[i, starts[b + i] - 1:len(s) - 1].mean()))
+    return {"answer_nll": float(np.mean(per_question)) if per_question else float("nan")}

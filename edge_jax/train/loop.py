@@ -13,7 +13,7 @@ import numpy as np
 from edge_jax.atomic import write_json_atomic
 from edge_jax.config import flatten
 from edge_jax.data import load_qa, make_eval_batches, make_train_iter
-from edge_jax.models.generate import exact_match
+from edge_jax.models.generate import answer_nll, exact_match
 from edge_jax.models.inputs import host_inputs, with_host_inputs
 from edge_jax.sharding import batch_sharding, maybe_initialize_distributed
 from edge_jax.train.checkpoint import Checkpointer
@@ -139,11 +139,12 @@ def train_and_evaluate(config, workdir: str, devices=None) -> dict:
 
 
 def question_answering(run, params, limit: int) -> dict:
-    """Greedy exact match on the first ``limit`` questions of the dataset (all when -1)."""
+    """Greedy exact match and gold-answer NLL on the first ``limit`` questions (all when -1)."""
     questions = load_qa(run.config.data, run.config.data.data_dir)
     questions = questions if limit < 0 else questions[:limit]
-    return exact_match(run.model.apply, params, run.tokenizer, questions,
-                       host_fn=partial(host_inputs, run.model.cfg))
+    host_fn = partial(host_inputs, run.model.cfg)
+    return {**exact_match(run.model.apply, params, run.tokenizer, questions, host_fn=host_fn),
+            **answer_nll(run.model.apply, params, run.tokenizer, questions, host_fn=host_fn)}
 
 
 def _last_train_record(workdir: str) -> dict:
