@@ -29,11 +29,10 @@ from edge_jax.config import ConfigError
 from edge_jax.infer.decode import decode_tokens, host_tables, init_cache, prefill
 from edge_jax.models.decoder import DecoderLM, ModelConfig
 from edge_jax.models.fold import fold_meki
-from edge_jax.models.presets import MODEL_SIZES
+from edge_jax.models.presets import MEKI_PAPER, MODEL_SIZES
 
 DEFAULT_SIZE = dict(d_model=512, n_layers=8, n_heads=8, n_kv_heads=4, head_dim=64, d_ff=1536, vocab_size=32_000)
 DEFAULT_D_MEM = 64
-PRESET_D_MEM = {"qwen3_0p6b": 128, "qwen3_1p7b": 256, "qwen3_4b": 512}  # MeKi Table 5
 PAPER_BYTES = (28, 256, 2)  # MeKi §3.5: 28 layers x d_mem 256 x fp16 = 14 KB per token
 VARIANTS = ("baseline", "folded", "train_form")
 _FLAGS = {"d_model": "d_model", "layers": "n_layers", "heads": "n_heads", "kv_heads": "n_kv_heads",
@@ -48,7 +47,7 @@ def bench_config(args) -> tuple[ModelConfig, int]:
             raise ConfigError(f"unknown --preset {args.preset!r}; valid: {', '.join(MODEL_SIZES)}")
         size.update(MODEL_SIZES[args.preset])
     size.update({field: getattr(args, flag) for flag, field in _FLAGS.items() if getattr(args, flag) is not None})
-    d_mem = args.d_mem or PRESET_D_MEM.get(args.preset, DEFAULT_D_MEM)
+    d_mem = args.d_mem or MEKI_PAPER.get(args.preset, {}).get("d_mem", DEFAULT_D_MEM)  # Table 5
     if args.dtype not in ("float32", "bfloat16", "float16"):
         raise ConfigError(f"--dtype {args.dtype!r} is not one of float32, bfloat16, float16")
     if size["n_heads"] % size["n_kv_heads"]:
