@@ -59,7 +59,7 @@ def save_config(config, workdir: str) -> None:
     if os.path.exists(os.path.join(workdir, "checkpoints")) and os.path.exists(path):
         with open(path) as f:
             old = flatten(json.load(f))
-        new = flatten(config.to_dict())
+        new = flatten(json.loads(json.dumps(config.to_dict())))  # tuples read back as lists
         changed = sorted(k for k in set(old) | set(new) if old.get(k) != new.get(k) and k not in RESUMABLE_CHANGES)
         if changed:
             raise TrainingError(f"workdir {workdir} holds a run with different {', '.join(changed[:4])}"
