@@ -123,3 +123,15 @@ def test_checkpoint_tokenizer_mismatch_is_one_line(tmp_path):
     assert "\n" not in str(e.value)
     with pytest.raises(ConfigError, match="fewer than the tokenizer's 400 ids"):
         check_tokenizer(str(tmp_path / "new"), SimpleNamespace(name="x", vocab_size=400), config)
+
+
+def test_resume_check_accepts_tuple_keys_and_names_real_changes(tmp_path):
+    from edge_jax.config import base_config
+    from edge_jax.train.loop import TrainingError, save_config
+    config = base_config()
+    (tmp_path / "checkpoints").mkdir()
+    save_config(config, str(tmp_path))
+    save_config(config, str(tmp_path))          # engram_orders (2, 3) reads back as [2, 3]: same run
+    config.model.engram_layers = (2,)
+    with pytest.raises(TrainingError, match="model.engram_layers"):
+        save_config(config, str(tmp_path))
