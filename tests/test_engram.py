@@ -3,11 +3,11 @@ import json
 import math
 import os
 
-import flax.linen as nn
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from helpers import perturbed, rms_ref
 
 from edge_jax.data import ngram_hash
 from edge_jax.data.ngram_hash import engram_table_sizes, ngram_hash_ids
@@ -91,16 +91,6 @@ def test_hash_is_causal_and_spreads_ngrams():
         ngram_hash_ids(np.array([[1, -1]]), ORDERS, HEADS, SIZE)
 
 
-def _perturbed(variables, seed):
-    params = nn.unbox(variables["params"])
-    leaves, tree = jax.tree_util.tree_flatten(params)
-    keys = jax.random.split(jax.random.key(seed), len(leaves))
-    return jax.tree_util.tree_unflatten(tree, [x + 0.3 * jax.random.normal(k, x.shape, x.dtype)
-                                               for x, k in zip(leaves, keys)])
-
-
-def _rms(x, scale, eps=1e-6):
-    return x / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + eps) * scale
 
 
 def _setup(D=16, d_head=4, B=2, T=11, kernel=3, seed=0):
@@ -120,7 +110,7 @@ def test_engram_matches_naive_reference_and_axes():
     assert boxed["table"].value.shape == (sum(engram_table_sizes(ORDERS, HEADS, SIZE)), 4)
     assert boxed["key"]["kernel"].names == ("mem", "embed") and boxed["key"]["kernel"].value.shape == (24, 16)
     assert not np.any(np.asarray(boxed["conv"].value))  # conv starts at zero: out = u
-    params = _perturbed(variables, 5)
+    params = perturbed(variables, 5)
     out = np.asarray(module.apply({"params": params}, h, ids))
     p = jax.tree_util.tree_map(lambda x: np.asarray(x, np.float64), params)
     ids_np, h_np = np.asarray(ids), np.asarray(h, np.float64)
@@ -131,10 +121,10 @@ def test_engram_matches_naive_reference_and_axes():
         for t in range(T):
             e = np.concatenate([p["table"][i] for i in ids_np[b, t]])
             k, v = e @ p["key"]["kernel"], e @ p["value"]["kernel"]
-            s = _rms(h_np[b, t], p["query_norm"]["scale"]) @ _rms(k, p["key_norm"]["scale"]) / math.sqrt(D)
+            s = rms_ref(h_np[b, t], p["query_norm"]["scale"]) @ rms_ref(k, p["key_norm"]["scale"]) / math.sqrt(D)
             alpha = 1.0 / (1.0 + math.exp(-math.copysign(math.sqrt(max(abs(s), 1e-6)), s)))
             u[b, t] = alpha * v
-    c = _rms(u, p["conv_norm"]["scale"])
+    c = rms_ref(u, p["conv_norm"]["scale"])
     ref = np.zeros_like(u)
     for b in range(B):
         for t in range(T):
@@ -148,7 +138,7 @@ def test_engram_matches_naive_reference_and_axes():
 
 def test_engram_is_causal():
     module, tokens, ids, h, variables = _setup(T=16)
-    params = _perturbed(variables, 6)
+    params = perturbed(variables, 6)
     out = module.apply({"params": params}, h, ids)
     for t0 in (3, 9):
         later = tokens.copy()
@@ -169,7 +159,7 @@ def test_decoder_with_engram_runs():
     variables = jax.jit(model.init)(jax.random.key(0), **ex)
     assert "engram" in variables["params"]["layers_1"] and "engram" not in variables["params"]["layers_0"]
     assert variables["params"]["layers_1"]["engram"]["table"].names == ("ngram", "mem")
-    params = _perturbed(variables, 1)
+    params = perturbed(variables, 1)
     tokens = np.random.default_rng(0).integers(0, 64, (2, 10))
     logits = jax.jit(model.apply)({"params": params}, tokens, **host_inputs(cfg, tokens))
     assert logits.shape == (2, 10, 64) and bool(jnp.all(jnp.isfinite(logits)))

@@ -6,6 +6,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from helpers import perturbed
 
 from edge_jax.config import MEKI_FUSIONS, MEKI_POSITIONS, MEKI_PROJECTIONS
 from edge_jax.layers.meki import MeKi
@@ -24,11 +25,7 @@ def _cfg(**kw):
 
 def _random_params(model, seed=0):
     """Init, then perturb every leaf (alpha/beta/norm scales too) so nothing sits at 0 or 1."""
-    params = nn.unbox(model.init(jax.random.key(seed), jnp.zeros((1, 8), jnp.int32))["params"])
-    leaves, tree = jax.tree_util.tree_flatten(params)
-    keys = jax.random.split(jax.random.key(seed + 1), len(leaves))
-    return jax.tree_util.tree_unflatten(
-        tree, [x + 0.3 * jax.random.normal(k, x.shape, x.dtype) for x, k in zip(leaves, keys)])
+    return perturbed(model.init(jax.random.key(seed), jnp.zeros((1, 8), jnp.int32)), seed + 1)
 
 
 def _tokens(cfg, seed=2, shape=(2, 12)):
@@ -127,11 +124,7 @@ def test_branch_follows_the_equations():
 
 
 def _random_params_module(module, *args):
-    params = nn.unbox(module.init(jax.random.key(0), *args)["params"])
-    leaves, tree = jax.tree_util.tree_flatten(params)
-    keys = jax.random.split(jax.random.key(9), len(leaves))
-    return jax.tree_util.tree_unflatten(
-        tree, [x + 0.3 * jax.random.normal(k, x.shape) for x, k in zip(leaves, keys)])
+    return perturbed(module.init(jax.random.key(0), *args), 9)
 
 
 def test_alpha_beta_start_at_one_and_tables_carry_vocab_axis():

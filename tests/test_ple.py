@@ -3,28 +3,15 @@ import json
 import math
 import os
 
-import flax.linen as nn
 import jax
 import jax.numpy as jnp
 import numpy as np
+from helpers import perturbed, rms_ref
 
 from edge_jax.layers.ple import PLEBlock, PLEInputs
 from edge_jax.models import DecoderLM, ModelConfig
 from edge_jax.models.inputs import example_inputs, host_inputs
 from edge_jax.train.loop import train_and_evaluate
-
-
-def _perturbed(variables, seed):
-    """Unboxed params with every leaf moved off its init (norm scales off 1) so all terms matter."""
-    params = nn.unbox(variables["params"])
-    leaves, tree = jax.tree_util.tree_flatten(params)
-    keys = jax.random.split(jax.random.key(seed), len(leaves))
-    return jax.tree_util.tree_unflatten(tree, [x + 0.3 * jax.random.normal(k, x.shape, x.dtype)
-                                               for x, k in zip(leaves, keys)])
-
-
-def _rms(x, scale, eps=1e-6):
-    return x / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + eps) * scale
 
 
 def _gelu_tanh(x):
@@ -37,7 +24,7 @@ def test_ple_inputs_match_naive_reference():
     tokens = jax.random.randint(k[0], (B, T), 0, V)
     emb = jax.random.normal(k[1], (B, T, D))
     module = PLEInputs(V, L, P)
-    params = _perturbed(module.init(jax.random.key(1), tokens, emb), 2)
+    params = perturbed(module.init(jax.random.key(1), tokens, emb), 2)
     out = np.asarray(module.apply({"params": params}, tokens, emb))
     assert out.shape == (B, T, L, P)
     table, w = np.asarray(params["table"]), np.asarray(params["ctx_proj"]["kernel"])
@@ -49,7 +36,7 @@ def test_ple_inputs_match_naive_reference():
             row = table[tok_np[b, t]] * math.sqrt(P)
             ctx = emb_np[b, t] @ w / math.sqrt(D)
             for layer in range(L):
-                c = _rms(ctx[layer * P:(layer + 1) * P], scale)
+                c = rms_ref(ctx[layer * P:(layer + 1) * P], scale)
                 ref[b, t, layer] = (row[layer * P:(layer + 1) * P] + c) / math.sqrt(2.0)
     np.testing.assert_allclose(out, ref, atol=1e-5, rtol=1e-5)
 
@@ -60,7 +47,7 @@ def test_ple_block_matches_naive_reference():
     h = jax.random.normal(k[0], (B, T, D))
     ple = jax.random.normal(k[1], (B, T, P))
     module = PLEBlock(P)
-    params = _perturbed(module.init(jax.random.key(4), h, ple), 5)
+    params = perturbed(module.init(jax.random.key(4), h, ple), 5)
     out = np.asarray(module.apply({"params": params}, h, ple))
     wg, wp = np.asarray(params["gate"]["kernel"]), np.asarray(params["proj"]["kernel"])
     scale = np.asarray(params["out_norm"]["scale"])
@@ -69,7 +56,7 @@ def test_ple_block_matches_naive_reference():
     for b in range(B):
         for t in range(T):
             gated = _gelu_tanh(h_np[b, t] @ wg) * ple_np[b, t]
-            ref[b, t] = _rms(gated @ wp, scale)
+            ref[b, t] = rms_ref(gated @ wp, scale)
     np.testing.assert_allclose(out, ref, atol=1e-5, rtol=1e-5)
     assert set(params) == {"gate", "proj", "out_norm"}  # no biases
 
@@ -94,7 +81,7 @@ def test_decoder_ple_params_axes_and_forward():
         layer = boxed[f"layers_{i}"]["ple"]
         assert layer["gate"]["kernel"].names == ("embed", "mem")
         assert layer["proj"]["kernel"].names == ("mem", "embed")
-    params = _perturbed(variables, 1)
+    params = perturbed(variables, 1)
     tokens = jax.random.randint(jax.random.key(2), (2, 10), 0, 64)
     apply = jax.jit(model.apply)
     logits = apply({"params": params}, tokens)
