@@ -12,9 +12,9 @@ a quarter of the training tokens) with a 4096-piece BPE vocabulary, since a byte
 hide a |V| x d_mem memory. Validation loss is on pystdlib (the first part); after training, 300
 held-out facts questions are answered greedily for exact-match recall.
 """
-from edge_jax.config import ConfigError, base_config, parse_arg
+from edge_jax.config import ConfigError, parse_arg
 from edge_jax.data.ngram_hash import matched_table_size
-from edge_jax.models.presets import MEKI_PAPER, MODEL_SIZES, TRAIN_PRESETS
+from edge_jax.models.presets import MEKI_PAPER, sized_config
 
 MEMORIES = ("meki", "ple", "engram", "none")
 CPU_DATA = dict(name="pystdlib+facts*16", tokenizer="spm:4096", facts_entities=400)
@@ -22,14 +22,9 @@ CPU_DATA = dict(name="pystdlib+facts*16", tokenizer="spm:4096", facts_entities=4
 
 def get_config(arg=None):
     a = parse_arg(arg, size="tiny", memory="meki", d_mem=0)
-    if a.size not in MODEL_SIZES:
-        raise ConfigError(f"unknown size {a.size!r}; valid: {', '.join(MODEL_SIZES)}")
     if a.memory not in MEMORIES:
         raise ConfigError(f"unknown memory {a.memory!r}; valid: {', '.join(MEMORIES)}")
-    c = base_config()
-    c.model.update(MODEL_SIZES[a.size])
-    for section, values in TRAIN_PRESETS[a.size].items():
-        c[section].update(values)
+    c = sized_config(a.size)
     c.model.memory = a.memory
     paper = MEKI_PAPER.get(a.size)
     c.model.d_mem = a.d_mem or (paper["d_mem"] if paper else c.model.d_model // 2)

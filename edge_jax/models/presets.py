@@ -40,3 +40,15 @@ _PAPER_TRAIN = dict(data=dict(seq_len=4096, batch_size=256),
                     model=dict(dtype="bfloat16"))
 for _name in PAPER_PARAMS:
     TRAIN_PRESETS[_name] = _PAPER_TRAIN
+
+
+def sized_config(size: str):
+    """``base_config()`` with the model shape and data/train preset of ``size`` (config files use it)."""
+    from edge_jax.config import ConfigError, base_config
+    if size not in MODEL_SIZES:
+        raise ConfigError(f"unknown size {size!r}; valid: {', '.join(MODEL_SIZES)}")
+    c = base_config()
+    c.model.update(MODEL_SIZES[size])
+    for section, values in TRAIN_PRESETS[size].items():
+        c[section].update(values)
+    return c
