@@ -1,4 +1,4 @@
-"""``edge-jax`` command line: train | eval | grid | bench | params.
+"""``edge-jax`` command line: train | eval | grid | bench | params | analyze.
 
 Config options follow big_vision: ``--config configs/lm.py:size=tiny --config.train.steps=200``.
 Errors a user can fix are printed as one line (``edge-jax: error: ...``) with exit status 2.
