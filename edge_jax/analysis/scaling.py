@@ -6,6 +6,7 @@ cell x seed record: ``metric = a + b * ln(size)``; the paper's claim is a straig
 """
 from __future__ import annotations
 
+import json
 import math
 from pathlib import Path
 
@@ -14,9 +15,16 @@ import numpy as np
 from edge_jax.atomic import save_figure_atomic, write_text_atomic
 
 
-def memory_size(config: dict) -> int:
+def memory_size(config: dict, workdir: str | None = None) -> int:
+    """``L * |V| * d_mem``; a record's config keeps ``vocab_size`` 0 (from the tokenizer), so the
+    resolved size is read from the run's own ``config.json`` then."""
     m = config["model"]
-    return int(m["n_layers"]) * int(m["vocab_size"]) * int(m["d_mem"])
+    vocab = int(m["vocab_size"])
+    if vocab <= 0 and workdir and (Path(workdir) / "config.json").exists():
+        vocab = int(json.loads((Path(workdir) / "config.json").read_text())["model"]["vocab_size"])
+    if vocab <= 0:
+        raise ValueError(f"vocabulary size unknown for a record (workdir {workdir}); rerun the cell")
+    return int(m["n_layers"]) * vocab * int(m["d_mem"])
 
 
 def log_linear_fit(sizes, values) -> dict:
@@ -34,7 +42,8 @@ def log_linear_fit(sizes, values) -> dict:
 def write_memory_fit(grid, records: list[dict], out) -> list[Path]:
     """fit.md and scaling.png in ``out`` from the grid's records (the grid ``post`` hook)."""
     out = Path(out)
-    points = [(memory_size(r["config"]), float(r["metrics"][grid.metric]), r["cell"]) for r in records
+    points = [(memory_size(r["config"], r.get("workdir")), float(r["metrics"][grid.metric]), r["cell"])
+              for r in records
               if math.isfinite(float(r["metrics"].get(grid.metric, float("nan"))))]
     fit = log_linear_fit([p[0] for p in points], [p[1] for p in points])
     cells = {}
@@ -43,7 +52,7 @@ def write_memory_fit(grid, records: list[dict], out) -> list[Path]:
     lines = [f"# {grid.title}: log-linear fit", "",
              f"{grid.metric} = {fit['a']:.4f} {'+' if fit['b'] >= 0 else '-'} {abs(fit['b']):.4f} · ln(memory size)"
              f"   (R² = {fit['r2']:.3f}, {fit['n']} runs)", "",
-             f"| cell | memory size (L·|V|·d_mem) | mean {grid.metric} | fit | seeds |", "|---|---|---|---|---|"]
+             f"| cell | memory size (L × V × d_mem) | mean {grid.metric} | fit | seeds |", "|---|---|---|---|---|"]
     for (size, cell), values in sorted(cells.items()):
         lines.append(f"| {cell} | {size:,} | {np.mean(values):.4f} | {fit['a'] + fit['b'] * math.log(size):.4f} "
                      f"| {len(values)} |")
