@@ -5,17 +5,16 @@
 PLE uses d_ple = d_mem (ROM L*|V|*d_mem, as MeKi); Engram's tables are sized to a similar ROM
 (configs/meki.py, layers/engram.py). The baseline row is Table 1's.
 """
-from edge_jax.data.ngram_hash import matched_table_size
+from edge_jax.data.ngram_hash import engram_placement
 from edge_jax.grid.meki import BASELINE, MEKI, ZERO_SHOT, meki_grid
 
-# (n_layers, vocab, Engram layers) of the preset's base model; as configs/meki.py:memory=engram.
-SHAPES = {"tiny": (4, 4096, (1,)), "paper": (28, 151_680, (1, 14))}
+# (n_layers, vocab) of the preset's base model; placed as configs/meki.py:memory=engram places it.
+SHAPES = {"tiny": (4, 4096), "paper": (28, 151_680)}
 
 
 def engram_cell(preset: str) -> dict:
-    layers, vocab, at = SHAPES.get(preset, SHAPES["tiny"])
-    return {"model.memory": "engram", "model.engram_layers": at,
-            "model.engram_table_size": matched_table_size(layers, vocab, len(at), (2, 3), 4)}
+    at, size = engram_placement(*SHAPES.get(preset, SHAPES["tiny"]), (2, 3), 4)
+    return {"model.memory": "engram", "model.engram_layers": at, "model.engram_table_size": size}
 
 
 def get_grid(preset: str) -> dict:

@@ -13,7 +13,7 @@ hide a |V| x d_mem memory. Validation loss is on pystdlib (the first part); afte
 held-out facts questions are answered greedily for exact-match recall.
 """
 from edge_jax.config import ConfigError, parse_arg
-from edge_jax.data.ngram_hash import matched_table_size
+from edge_jax.data.ngram_hash import engram_placement
 from edge_jax.models.presets import MEKI_PAPER, sized_config
 
 MEMORIES = ("meki", "ple", "engram", "none")
@@ -36,8 +36,7 @@ def get_config(arg=None):
     if a.memory == "engram":
         # Engram at a third of the depth (the paper puts it in early layers), per-head tables
         # sized so its ROM matches MeKi's L * |V| * d_mem (ngram_hash.matched_table_size).
-        c.model.engram_layers = (c.model.n_layers // 3,) if c.model.n_layers < 12 else (1, c.model.n_layers // 2)
         vocab = c.model.vocab_size or int(c.data.tokenizer.partition(":")[2] or 256)
-        c.model.engram_table_size = matched_table_size(c.model.n_layers, vocab, len(c.model.engram_layers),
-                                                       c.model.engram_orders, c.model.engram_heads)
+        c.model.engram_layers, c.model.engram_table_size = engram_placement(
+            c.model.n_layers, vocab, c.model.engram_orders, c.model.engram_heads)
     return c

@@ -76,6 +76,13 @@ def matched_table_size(n_layers: int, vocab_size: int, n_engram_layers: int, ord
     return max(2, round(n_layers * vocab_size / (n_engram_layers * len(tuple(orders)) * heads)))
 
 
+def engram_placement(n_layers: int, vocab_size: int, orders, heads: int) -> tuple[tuple[int, ...], int]:
+    """``(engram_layers, table_size)`` used by the MeKi comparisons: one early layer (a third of the
+    depth) in small models, layers 1 and L/2 from 12 layers up, tables at MeKi's ROM."""
+    layers = (n_layers // 3,) if n_layers < 12 else (1, n_layers // 2)
+    return layers, matched_table_size(n_layers, vocab_size, len(layers), orders, heads)
+
+
 def table_offsets(sizes) -> np.ndarray:
     """Row offset of each head in the concatenated table: ``[0, s0, s0 + s1, ...]`` (int64)."""
     return np.concatenate([[0], np.cumsum(np.asarray(sizes, np.int64))[:-1]]).astype(np.int64)

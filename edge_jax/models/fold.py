@@ -63,7 +63,7 @@ def fold_meki(params: Mapping, cfg: ModelConfig) -> tuple[dict, ModelConfig]:
         expert = meki.pop("expert")
         meki["table"] = fold_table(cfg, expert, embedding)
         out[name] = {**params[name], "meki": meki}
-    return out, dataclasses.replace(cfg, meki_folded=True)
+    return out, folded_config(cfg)
 
 
 def folded_config(cfg: ModelConfig) -> ModelConfig:

@@ -5,11 +5,14 @@ import os
 
 import jax
 
-from edge_jax.data import make_eval_batches
-from edge_jax.models.inputs import with_host_inputs
 from edge_jax.sharding import batch_sharding
 from edge_jax.train.checkpoint import Checkpointer
-from edge_jax.train.loop import evaluate, load_workdir_config, question_answering
+from edge_jax.train.loop import (
+    evaluate,
+    load_workdir_config,
+    model_eval_batches,
+    question_answering,
+)
 from edge_jax.train.setup import build, check_tokenizer
 from edge_jax.train.state import abstract_train_state
 from edge_jax.train.step import make_eval_step
@@ -35,8 +38,7 @@ def evaluate_workdir(workdir: str, num_batches: int = 0, split: str = "validatio
     run, state, step = restore_latest(workdir)
     sharding = batch_sharding(run.mesh)
     eval_step = jax.jit(make_eval_step(run.model.apply))
-    batches = [with_host_inputs(run.model.cfg, b)
-               for b in make_eval_batches(run.config.data, run.tokenizer, split, num_batches)]
+    batches = model_eval_batches(run, split, num_batches)
     out = dict(evaluate(eval_step, state.params, batches, sharding), step=step, batches=len(batches))
     if qa:
         out.update(question_answering(run, state.params, max_questions or -1))

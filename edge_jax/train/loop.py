@@ -90,8 +90,7 @@ def train_and_evaluate(config, workdir: str, devices=None) -> dict:
     train_step = jax.jit(make_train_step(t.grad_accum, run.schedule), donate_argnums=0,
                          in_shardings=(shardings, data_sharding), out_shardings=(shardings, None))
     eval_step = jax.jit(make_eval_step(run.model.apply), in_shardings=(shardings.params, data_sharding))
-    eval_batches = [with_host_inputs(run.model.cfg, b)
-                    for b in make_eval_batches(cfg.data, run.tokenizer, "validation", t.eval_batches)]
+    eval_batches = model_eval_batches(run, "validation", t.eval_batches)
     writer = MetricsWriter(workdir, t.steps, start, enabled=lead)
     tokens_per_step = cfg.data.batch_size * cfg.data.seq_len
     timed_steps, timed_s, last, final, result = 0, 0.0, {}, None, {}
@@ -136,6 +135,12 @@ def train_and_evaluate(config, workdir: str, devices=None) -> dict:
     if lead:
         write_json_atomic(os.path.join(workdir, "final_metrics.json"), result)
     return result
+
+
+def model_eval_batches(run, split: str, num_batches: int) -> list[dict]:
+    """The split's eval batches with the model's host inputs (Engram n-gram ids) added."""
+    return [with_host_inputs(run.model.cfg, b)
+            for b in make_eval_batches(run.config.data, run.tokenizer, split, num_batches)]
 
 
 def question_answering(run, params, limit: int) -> dict:
