@@ -15,7 +15,8 @@ import ml_collections
 
 SCHEDULES = ("cosine", "wsd", "wsdc", "constant")
 DTYPES = ("float32", "bfloat16")
-FFN_KINDS = ("swiglu",)
+FFN_KINDS = ("swiglu", "relu2", "relu", "gelu")
+ATTENTION_KINDS = ("gqa", "mla")
 MEMORY_KINDS = ("none", "meki", "ple", "engram")
 MEKI_PROJECTIONS = ("swiglu", "linear")
 MEKI_FUSIONS = ("add_sigmoid", "mul_sigmoid", "add_silu", "mul_silu")
@@ -36,6 +37,10 @@ def base_config() -> ml_collections.ConfigDict:
         d_model=128, n_layers=4, n_heads=4, n_kv_heads=2, head_dim=32, d_ff=384,
         rope_theta=500_000.0, qk_norm=True, tie_embeddings=True, norm_eps=1e-6,
         ffn="swiglu", dtype="float32", param_dtype="float32", init_std=0.02,
+        # Attention: gqa (MHA when n_kv_heads == n_heads) or mla (PLM / DeepSeek-V2 latent attention:
+        # head_dim is d_nope and the value width, kv_lora_rank is d_c, q_lora_rank 0 = full-rank query;
+        # mla_absorb decodes in the latent space).
+        attention="gqa", kv_lora_rank=0, q_lora_rank=0, d_rope=0, mla_absorb=False,
         # Token-indexed memory beside the transformer (MeKi, or the PLE / Engram baselines).
         memory="none", d_mem=0,  # d_mem: MeKi memory width, PLE per-layer width, Engram per-head width
         meki_static=True, meki_dynamic=True, meki_projection="swiglu", meki_fusion="add_sigmoid",
@@ -53,6 +58,7 @@ def base_config() -> ml_collections.ConfigDict:
         weight_decay=0.1, clip_norm=1.0, grad_accum=1,
         log_every=10, eval_every=50, eval_batches=20, ckpt_every=50, keep_ckpts=3,
         qa_questions=0,  # after training, exact match on this many questions (-1: all; needs facts/longctx)
+        sparsity_batches=0,  # after training, PLM Algorithm 1 on this many validation batches (0: off)
     ))
     c.mesh = ml_collections.ConfigDict(dict(data=-1, fsdp=1, tensor=1))
     return c
@@ -181,6 +187,9 @@ def validate(c: ml_collections.ConfigDict) -> None:
         raise ConfigError(f"data.batch_size={d.batch_size} is not divisible by train.grad_accum={t.grad_accum}")
     if not 0 <= t.min_lr <= t.lr:
         raise ConfigError(f"train.min_lr={t.min_lr} must lie in [0, train.lr={t.lr}]")
+    if not 0 <= t.sparsity_batches <= t.eval_batches:
+        raise ConfigError(f"train.sparsity_batches={t.sparsity_batches} must lie in [0, train.eval_batches="
+                          f"{t.eval_batches}]; it uses the first validation batches")
     if t.warmup_steps >= t.steps and t.schedule != "constant":
         raise ConfigError(f"train.warmup_steps={t.warmup_steps} must be below train.steps={t.steps}")
     if t.schedule in ("wsd", "wsdc"):
@@ -193,9 +202,27 @@ def validate(c: ml_collections.ConfigDict) -> None:
             raise ConfigError(f"mesh.{axis}={c.mesh[axis]}: use a positive size or -1 for 'the rest'")
     if sum(c.mesh[a] == -1 for a in ("data", "fsdp", "tensor")) > 1:
         raise ConfigError("only one of mesh.data / mesh.fsdp / mesh.tensor may be -1")
+    _validate_attention(m)
     _validate_memory(m)
     if m.vocab_size < 0:
         raise ConfigError(f"model.vocab_size={m.vocab_size}: use 0 (from the tokenizer) or a positive size")
+
+
+def _validate_attention(m) -> None:
+    _choice("model.attention", m.attention, ATTENTION_KINDS)
+    if m.attention != "mla":
+        return
+    if m.kv_lora_rank <= 0:
+        raise ConfigError(f"model.kv_lora_rank={m.kv_lora_rank} (d_c) must be positive with model.attention=mla; "
+                          "set e.g. model.kv_lora_rank=64")
+    if m.d_rope <= 0 or m.d_rope % 2:
+        raise ConfigError(f"model.d_rope={m.d_rope} must be positive and even for RoPE with model.attention=mla; "
+                          "set e.g. model.d_rope=16")
+    if m.q_lora_rank < 0:
+        raise ConfigError(f"model.q_lora_rank={m.q_lora_rank} must be 0 (full-rank query) or positive")
+    if m.qk_norm:
+        raise ConfigError("model.qk_norm applies to GQA only (MLA normalises its latent); "
+                          "set model.qk_norm=false with model.attention=mla")
 
 
 def _validate_memory(m) -> None:

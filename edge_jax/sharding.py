@@ -26,6 +26,7 @@ LOGICAL_RULES = (
     ("heads", "tensor"),
     ("kv_heads", "tensor"),
     ("head_dim", None),
+    ("kv_lora", None),      # MLA latent width (d_c, and the query rank)
     ("norm", None),
     ("mem", None),          # MeKi / PLE / Engram memory width
     ("ngram", "tensor"),    # rows of the hashed Engram tables, sharded like the vocabulary

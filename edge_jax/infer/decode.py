@@ -1,8 +1,9 @@
 """KV-cache decoding: prefill a prompt, then one token per step, with jitted, cache-donating steps.
 
-The cache is the attention layers' ``"cache"`` collection (:class:`edge_jax.layers.attention.GQAttention`):
-``cached_key`` / ``cached_value`` [B, S, G, K] and ``cache_index`` per layer, S fixed by
-:func:`init_cache`. Every call passes positions explicitly (``cache_index + arange(T)``), so slot ``s``
+The cache is the attention layers' ``"cache"`` collection: ``cached_key`` / ``cached_value``
+[B, S, G, K] for GQA (:mod:`edge_jax.layers.attention`), ``cached_latent`` [B, S, d_c] and
+``cached_rope_key`` [B, S, d_rope] for MLA (:mod:`edge_jax.layers.mla`; ``model.mla_absorb`` picks
+the naive or the absorbed decode), and ``cache_index`` per layer, S fixed by :func:`init_cache`. Every call passes positions explicitly (``cache_index + arange(T)``), so slot ``s``
 of the cache holds position ``s``; all rows of a batch advance together.
 
 Folded MeKi can keep its tables outside the device (:func:`host_tables`): the rows of each step's
@@ -47,7 +48,9 @@ def cache_index(cache):
 
 
 def cache_length(cache) -> int:
-    return cache["layers_0"]["attn"]["cached_key"].shape[1]
+    """Slots per row: the length of any cached per-token array (GQA keys, MLA latents)."""
+    attn = cache["layers_0"]["attn"]
+    return next(v.shape[1] for k, v in attn.items() if k != "cache_index")
 
 
 @functools.partial(jax.jit, static_argnums=0, donate_argnums=2)

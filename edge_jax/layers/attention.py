@@ -8,6 +8,7 @@ KV cache (``decode=True``): Flax's mutable ``"cache"`` collection holds ``cached
 ``t`` seeing slots ``<= index + t`` (the filled ones up to itself). Slot ``s`` holds the token the
 caller gave position ``s``; :mod:`edge_jax.infer.decode` passes ``positions = index + arange(T)``.
 Writing past S is not checked here (``dynamic_update_slice`` would clamp); the caller sizes the cache.
+:func:`write_cache` does the bookkeeping for any attention layer (MLA caches its latents with it).
 """
 from __future__ import annotations
 
@@ -25,19 +26,46 @@ def causal_mask(q_pos_BT, k_pos_BS):
 
 
 def dot_product_attention(q_BTHK, k_BSGK, v_BSGK, mask_BTS):
-    """Softmax attention with G key/value heads shared by H/G query heads each (float32 softmax)."""
+    """Softmax attention with G key/value heads shared by H/G query heads each (float32 softmax),
+    scaled by 1/sqrt(query width); values may be narrower than queries and keys (MLA)."""
     B, T, H, K = q_BTHK.shape
-    G = k_BSGK.shape[2]
+    G, Kv = k_BSGK.shape[2], v_BSGK.shape[3]
     q_BTGRK = q_BTHK.reshape(B, T, G, H // G, K)
     scores = jnp.einsum("btgrk,bsgk->bgrts", q_BTGRK, k_BSGK, preferred_element_type=jnp.float32)
     scores = scores / jnp.sqrt(jnp.float32(K))
     scores = jnp.where(mask_BTS[:, None, None], scores, jnp.finfo(jnp.float32).min)
     probs = nn.softmax(scores, axis=-1).astype(v_BSGK.dtype)
     out = jnp.einsum("bgrts,bsgk->btgrk", probs, v_BSGK)
-    return out.reshape(B, T, H, K)
+    return out.reshape(B, T, H, Kv)
 
 
-def _dense(features, axes, name, std, dtype, param_dtype, in_axes=-1):
+def write_cache(module: nn.Module, **new):
+    """Append this call's per-token arrays (each [B, T, ...]) to ``module``'s ``"cache"`` collection.
+
+    Returns the full buffers (same names) and the [B, T, S] causal mask over cache slots. At
+    ``model.init(decode=True)`` the buffers are created with length T and the inputs come back as is.
+    """
+    first = next(iter(new.values()))
+    B, T = first.shape[:2]
+    initialized = module.has_variable("cache", "cache_index")
+    buffers = {name: module.variable("cache", f"cached_{name}", jnp.zeros, a.shape, a.dtype)
+               for name, a in new.items()}
+    index = module.variable("cache", "cache_index", lambda: jnp.zeros((), jnp.int32))
+    if not initialized:  # model.init(decode=True): T is the cache length; plain causal attention
+        pos_BT = jnp.broadcast_to(jnp.arange(T), (B, T))
+        return new, causal_mask(pos_BT, pos_BT)
+    i = index.value
+    for name, a in new.items():
+        buf = buffers[name]
+        buf.value = jax.lax.dynamic_update_slice(buf.value, a.astype(buf.value.dtype), (0, i) + (0,) * (a.ndim - 2))
+    index.value = i + T
+    S = buffers[next(iter(new))].value.shape[1]
+    q_slot_BT = jnp.broadcast_to(i + jnp.arange(T), (B, T))
+    k_slot_BS = jnp.broadcast_to(jnp.arange(S), (B, S))
+    return {name: buf.value for name, buf in buffers.items()}, causal_mask(q_slot_BT, k_slot_BS)
+
+
+def dense_general(features, axes, name, std, dtype, param_dtype, in_axes=-1):
     return nn.DenseGeneral(features=features, axis=in_axes, use_bias=False, name=name, dtype=dtype,
                            param_dtype=param_dtype,
                            kernel_init=nn.with_logical_partitioning(nn.initializers.normal(std), axes))
@@ -55,41 +83,22 @@ class GQAttention(nn.Module):
     dtype: str = "float32"
     param_dtype: str = "float32"
 
-    def _cached_kv(self, k_BTGK, v_BTGK):
-        """Write this call's keys/values into the cache; return the full buffers and the mask."""
-        B, T, G, K = k_BTGK.shape
-        initialized = self.has_variable("cache", "cached_key")
-        key = self.variable("cache", "cached_key", jnp.zeros, (B, T, G, K), k_BTGK.dtype)
-        value = self.variable("cache", "cached_value", jnp.zeros, (B, T, G, K), v_BTGK.dtype)
-        index = self.variable("cache", "cache_index", lambda: jnp.zeros((), jnp.int32))
-        if not initialized:  # model.init(decode=True): T is the cache length; plain causal attention
-            pos_BT = jnp.broadcast_to(jnp.arange(T), (B, T))
-            return k_BTGK, v_BTGK, causal_mask(pos_BT, pos_BT)
-        i = index.value
-        key.value = jax.lax.dynamic_update_slice(key.value, k_BTGK.astype(key.value.dtype), (0, i, 0, 0))
-        value.value = jax.lax.dynamic_update_slice(value.value, v_BTGK.astype(value.value.dtype), (0, i, 0, 0))
-        index.value = i + T
-        S = key.value.shape[1]
-        q_slot_BT = jnp.broadcast_to(i + jnp.arange(T), (B, T))
-        k_slot_BS = jnp.broadcast_to(jnp.arange(S), (B, S))
-        return key.value, value.value, causal_mask(q_slot_BT, k_slot_BS)
-
     @nn.compact
     def __call__(self, x_BTD, positions_BT, decode: bool = False):
         H, G, K, std = self.n_heads, self.n_kv_heads, self.head_dim, self.init_std
         dt, pdt = jnp.dtype(self.dtype), jnp.dtype(self.param_dtype)
-        q = _dense((H, K), ("embed", "heads", "head_dim"), "q_proj", std, dt, pdt)(x_BTD)
-        k = _dense((G, K), ("embed", "kv_heads", "head_dim"), "k_proj", std, dt, pdt)(x_BTD)
-        v = _dense((G, K), ("embed", "kv_heads", "head_dim"), "v_proj", std, dt, pdt)(x_BTD)
+        q = dense_general((H, K), ("embed", "heads", "head_dim"), "q_proj", std, dt, pdt)(x_BTD)
+        k = dense_general((G, K), ("embed", "kv_heads", "head_dim"), "k_proj", std, dt, pdt)(x_BTD)
+        v = dense_general((G, K), ("embed", "kv_heads", "head_dim"), "v_proj", std, dt, pdt)(x_BTD)
         if self.qk_norm:
             q = RMSNorm(self.norm_eps, "head_dim", self.param_dtype, name="q_norm")(q)
             k = RMSNorm(self.norm_eps, "head_dim", self.param_dtype, name="k_norm")(k)
         q = apply_rope(q, positions_BT, self.rope_theta)
         k = apply_rope(k, positions_BT, self.rope_theta)
         if decode:
-            k_BSGK, v_BSGK, mask_BTS = self._cached_kv(k, v)
-            attn_BTHK = dot_product_attention(q, k_BSGK, v_BSGK, mask_BTS)
+            kv, mask_BTS = write_cache(self, key=k, value=v)
+            attn_BTHK = dot_product_attention(q, kv["key"], kv["value"], mask_BTS)
         else:
             attn_BTHK = dot_product_attention(q, k, v, causal_mask(positions_BT, positions_BT))
-        return _dense(x_BTD.shape[-1], ("heads", "head_dim", "embed"), "o_proj", std, dt, pdt,
+        return dense_general(x_BTD.shape[-1], ("heads", "head_dim", "embed"), "o_proj", std, dt, pdt,
                       in_axes=(-2, -1))(attn_BTHK)

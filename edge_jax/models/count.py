@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from functools import partial
+from typing import Mapping
 
 import flax.linen as nn
 import jax
@@ -11,7 +12,7 @@ import numpy as np
 from edge_jax.models.decoder import DecoderLM, ModelConfig
 from edge_jax.models.fold import folded_config
 from edge_jax.models.inputs import example_inputs
-from edge_jax.models.presets import MEKI_PAPER, MODEL_SIZES, PAPER_PARAMS
+from edge_jax.models.presets import MEKI_PAPER, MODEL_SIZES, PAPER_PARAMS, PLM_PAPER
 
 
 def abstract_params(model: nn.Module, seq_len: int = 8):
@@ -48,8 +49,21 @@ def param_breakdown(model_cfg: ModelConfig) -> dict:
     return out
 
 
+def matched_d_ff(model: Mapping, changes: Mapping, multiple: int = 8) -> int:
+    """The ``d_ff`` that gives ``model`` with ``changes`` (another attention or FFN kind) the same
+    non-embedding parameter count as ``model``, rounded to a multiple of ``multiple``."""
+    def config(values):
+        return ModelConfig.from_config({**dict(values), "vocab_size": 256})
+    ref = config(model)
+    twin = config({**dict(model), **dict(changes), "d_ff": multiple})
+    per_unit = param_breakdown(config({**dict(model), **dict(changes), "d_ff": 2 * multiple}))["non_embedding"]
+    per_unit = (per_unit - param_breakdown(twin)["non_embedding"]) / multiple
+    missing = param_breakdown(ref)["non_embedding"] - param_breakdown(twin)["non_embedding"]
+    return max(multiple, multiple * round((missing / per_unit + multiple) / multiple))
+
+
 def paper_size_of(model: ml_collections.ConfigDict) -> str | None:
-    for name in PAPER_PARAMS:
+    for name in (*PAPER_PARAMS, *PLM_PAPER):
         if all(model[k] == v for k, v in MODEL_SIZES[name].items()):
             return name
     return None
@@ -70,7 +84,12 @@ def report_params(config) -> str:
     lines = [f"{names.get(k, k):>14}: {v / 1e9:.4f}B ({v:,})" for k, v in counts.items()]
     paper = paper_size_of(config.model)
     memory = config.model.memory
-    if paper and memory == "none":
+    if paper in PLM_PAPER and memory == "none":
+        ref = PLM_PAPER[paper]
+        lines.append(_versus("PLM total", counts["total"], ref["total"]))
+        lines.append(_versus("PLM embedding", counts["embedding"], ref["embedding"]))
+        lines.append(_versus("PLM other", counts["non_embedding"], ref["non_embedding"]))
+    elif paper and memory == "none":
         lines.append(_versus("paper (RAM)", counts["ram"], PAPER_PARAMS[paper]))
     elif paper and memory == "meki" and config.model.d_mem == MEKI_PAPER[paper]["d_mem"]:
         lines.append(_versus("MeKi RAM", counts["ram"], MEKI_PAPER[paper]["ram"]))

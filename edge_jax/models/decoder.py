@@ -1,11 +1,15 @@
-"""The decoder-only LM assembled from the config: Qwen3-style dense baseline.
+"""The decoder-only LM assembled from the config: Qwen3-style dense baseline, or PLM.
 
-Parameter tree (names the HF converter relies on)::
+Parameter tree (names the HF converters rely on)::
 
     embed/embedding [V, D]
     layers_i/attn_norm/scale, layers_i/attn/{q,k,v}_proj/kernel [D,H|G,K], o_proj/kernel [H,K,D],
     layers_i/attn/{q,k}_norm/scale [K], layers_i/ffn_norm/scale, layers_i/ffn/{gate,up,down}/kernel
     final_norm/scale [D], lm_head/kernel [D, V] (untied only)
+
+``attention=mla`` (PLM) replaces ``layers_i/attn`` by :class:`edge_jax.layers.mla.MLAttention`
+(``q_proj``, ``kv_down``, ``kv_norm``, ``k_rope_proj``, ``k_up``, ``v_up``, ``o_proj``); ``ffn``
+picks the feed-forward kind (``relu2``, ``relu``, ``gelu`` have no ``gate``).
 
 Token-indexed memories (``model.memory``):
     meki    layers_i/meki/expert/{memory, proj_*, alpha, beta, norm}, layers_i/meki/{gate, out, out_norm}
@@ -24,8 +28,9 @@ import jax.numpy as jnp
 
 from edge_jax.layers.attention import GQAttention
 from edge_jax.layers.engram import Engram
-from edge_jax.layers.ffn import make_ffn
+from edge_jax.layers.ffn import FFN
 from edge_jax.layers.meki import MeKi
+from edge_jax.layers.mla import MLAttention
 from edge_jax.layers.norms import RMSNorm
 from edge_jax.layers.ple import PLEBlock, PLEInputs
 
@@ -44,6 +49,11 @@ class ModelConfig:
     tie_embeddings: bool = True
     norm_eps: float = 1e-6
     ffn: str = "swiglu"
+    attention: str = "gqa"
+    kv_lora_rank: int = 0
+    q_lora_rank: int = 0
+    d_rope: int = 0
+    mla_absorb: bool = False
     dtype: str = "float32"
     param_dtype: str = "float32"
     init_std: float = 0.02
@@ -85,6 +95,14 @@ class Block(nn.Module):
         c = self.cfg
         return h_BTD + self._meki(RMSNorm(c.norm_eps, "norm", c.param_dtype, name="meki_norm")(h_BTD), ctx)
 
+    def _attention(self, common):
+        c = self.cfg
+        if c.attention == "mla":
+            return MLAttention(c.n_heads, c.head_dim, c.d_rope, c.kv_lora_rank, c.q_lora_rank, c.rope_theta,
+                               c.mla_absorb, c.norm_eps, name="attn", **common)
+        return GQAttention(c.n_heads, c.n_kv_heads, c.head_dim, c.rope_theta, c.qk_norm, c.norm_eps,
+                           name="attn", **common)
+
     @nn.compact
     def __call__(self, h_BTD, positions_BT, ctx, decode: bool = False):
         c = self.cfg
@@ -94,14 +112,13 @@ class Block(nn.Module):
             h_BTD = h_BTD + Engram(c.vocab_size, c.engram_orders, c.engram_heads, c.engram_table_size, c.d_mem,
                                    c.engram_kernel, c.norm_eps, name="engram", **common)(h_BTD, ctx["ngram_ids"])
         x = RMSNorm(c.norm_eps, "norm", c.param_dtype, name="attn_norm")(h_BTD)
-        h_BTD = h_BTD + GQAttention(c.n_heads, c.n_kv_heads, c.head_dim, c.rope_theta, c.qk_norm,
-                                    c.norm_eps, name="attn", **common)(x, positions_BT, decode)
+        h_BTD = h_BTD + self._attention(common)(x, positions_BT, decode)
         if meki == "parallel_attn":
             h_BTD = h_BTD + self._meki(x, ctx)
         elif meki == "after_attn":
             h_BTD = self._meki_after(h_BTD, ctx)
         x = RMSNorm(c.norm_eps, "norm", c.param_dtype, name="ffn_norm")(h_BTD)
-        h_BTD = h_BTD + make_ffn(c.ffn, c.d_ff, name="ffn", **common)(x)
+        h_BTD = h_BTD + FFN(c.ffn, c.d_ff, name="ffn", **common)(x, ctx.get("ffn_mask_ratio"))
         if meki == "parallel_ffn":  # eq. 8: H' = F(H) + MeKi(H) + A, sharing the pre-FFN norm
             h_BTD = h_BTD + self._meki(x, ctx)
         elif meki == "after_ffn":
@@ -117,9 +134,10 @@ class DecoderLM(nn.Module):
 
     @nn.compact
     def __call__(self, tokens_BT, positions_BT=None, return_hidden: bool = False, ngram_ids=None,
-                 meki_rows=None, decode: bool = False):
+                 meki_rows=None, decode: bool = False, ffn_mask_ratio=None):
         """``ngram_ids`` [B, T, N]: host-hashed Engram ids (memory=engram only). ``meki_rows``
-        [B, T, L, d_mem]: folded MeKi rows gathered outside the model (e.g. from host memory)."""
+        [B, T, L, d_mem]: folded MeKi rows gathered outside the model (e.g. from host memory).
+        ``ffn_mask_ratio``: zero the smallest fraction of every FFN's activations (sparsity analysis)."""
         c = self.cfg
         if c.memory == "engram" and ngram_ids is None:
             raise ValueError("memory=engram needs ngram_ids; build them with edge_jax.models.inputs.host_inputs")
@@ -132,7 +150,8 @@ class DecoderLM(nn.Module):
                                                                      ("vocab", "embed")), name="embed")
         h = embed(tokens_BT)
         h = nn.with_logical_constraint(h, ("batch", "seq", "embed"))
-        ctx = {"tokens": tokens_BT, "embedded": h, "meki_rows": meki_rows, "ngram_ids": ngram_ids}
+        ctx = {"tokens": tokens_BT, "embedded": h, "meki_rows": meki_rows, "ngram_ids": ngram_ids,
+               "ffn_mask_ratio": ffn_mask_ratio}
         if c.memory == "ple":
             ctx["ple"] = PLEInputs(c.vocab_size, c.n_layers, c.d_mem, c.norm_eps, init_std=c.init_std, dtype=c.dtype,
                                    param_dtype=c.param_dtype, name="ple_inputs")(tokens_BT, h)

@@ -1,8 +1,13 @@
-"""Model sizes. Paper sizes are Qwen3 shapes from MeKi Table 5 (vocab 151680, RoPE theta 5e5)."""
+"""Model sizes. Qwen3 paper sizes are shapes from MeKi Table 5 (vocab 151680, RoPE theta 5e5);
+PLM sizes use MLA with a full-rank query, an ungated ReLU² FFN and the WSDC schedule (PLM Table 1)."""
 from __future__ import annotations
 
 _QWEN3 = dict(vocab_size=151_680, head_dim=128, n_kv_heads=8, rope_theta=500_000.0, qk_norm=True,
               tie_embeddings=True)
+
+# PLM's architecture choices; rope theta is not in the paper (DeepSeek-V2's default 1e4 is used).
+_PLM = dict(attention="mla", ffn="relu2", qk_norm=False, tie_embeddings=True, q_lora_rank=0,
+            rope_theta=10_000.0)
 
 MODEL_SIZES = {
     # Trains on a 2-core CPU at several thousand tokens/s (byte vocabulary).
@@ -13,6 +18,12 @@ MODEL_SIZES = {
     "qwen3_0p6b": dict(_QWEN3, d_model=1024, n_layers=28, n_heads=16, d_ff=3072),
     "qwen3_1p7b": dict(_QWEN3, d_model=2048, n_layers=28, n_heads=16, d_ff=6144),
     "qwen3_4b": dict(_QWEN3, d_model=2560, n_layers=36, n_heads=32, d_ff=9728),
+    # PLM at tiny scale: PLM-1.8B's ratios (d_c = d/4, d_rope = head_dim/2, d_ff = 4d).
+    "plm_tiny": dict(_PLM, vocab_size=0, d_model=128, n_layers=4, n_heads=4, n_kv_heads=4, head_dim=32,
+                     d_ff=512, kv_lora_rank=32, d_rope=16),
+    # PLM-1.8B, Table 1 (d_nope = value width = 128, d_rope = 64: the released config's head sizes).
+    "plm_1p8b": dict(_PLM, vocab_size=151_936, d_model=2048, n_layers=32, n_heads=16, n_kv_heads=16,
+                     head_dim=128, d_ff=8192, kv_lora_rank=512, d_rope=64),
 }
 
 # RAM parameter counts the papers report for the dense baselines (MeKi Table 5).
@@ -24,6 +35,13 @@ MEKI_PAPER = {
     "qwen3_1p7b": dict(d_mem=256, ram=1.75e9, rom=1.09e9),
     "qwen3_4b": dict(d_mem=512, ram=4.12e9, rom=2.80e9),
 }
+
+# PLM §2 / Table 1: 1.83B parameters, 0.31B of them the (tied) embedding.
+PLM_PAPER = {"plm_1p8b": dict(total=1.83e9, embedding=0.31e9, non_embedding=1.51e9)}
+
+# PLM §4.2 WSDC: warm-up over 1% of the steps to 3e-4, stable, decay to 3e-5, constant tail; its
+# phases are 1.65T + 550B + 280B tokens, which fix the decay and tail fractions.
+WSDC = dict(schedule="wsdc", decay_fraction=round(550 / 2480, 4), tail_fraction=round(280 / 2480, 4))
 
 # Data and schedule per size: tiny/small for this CPU, paper sizes follow MeKi §4.1.
 TRAIN_PRESETS = {
@@ -40,6 +58,13 @@ _PAPER_TRAIN = dict(data=dict(seq_len=4096, batch_size=256),
                     model=dict(dtype="bfloat16"))
 for _name in PAPER_PARAMS:
     TRAIN_PRESETS[_name] = _PAPER_TRAIN
+TRAIN_PRESETS["plm_tiny"] = dict(data=dict(seq_len=128, batch_size=16),
+                                 train=dict(WSDC, steps=300, lr=3e-3, min_lr=3e-4, warmup_steps=30,
+                                            sparsity_batches=4))
+# 2.48T tokens in batches of 15M tokens (3,662 sequences of 4,096) on 208 accelerators.
+TRAIN_PRESETS["plm_1p8b"] = dict(data=dict(seq_len=4096, batch_size=3662),
+                                 train=dict(WSDC, steps=165_000, lr=3e-4, min_lr=3e-5, warmup_steps=1650),
+                                 model=dict(dtype="bfloat16"))
 
 
 def sized_config(size: str):
@@ -52,3 +77,19 @@ def sized_config(size: str):
     for section, values in TRAIN_PRESETS[size].items():
         c[section].update(values)
     return c
+
+
+def plm_variant(model, attention: str = "mla", ffn: str = "relu2", match_params: bool = True) -> dict:
+    """Model overrides that turn a PLM model into a twin: ``attention`` gqa (n_heads / 2 KV heads) or
+    mha (one per query head), same head_dim; ``ffn`` another kind. With ``match_params`` the twin's
+    d_ff keeps PLM's non-embedding parameter count (:func:`edge_jax.models.count.matched_d_ff`)."""
+    from edge_jax.models.count import matched_d_ff
+    changes = {}
+    if attention != "mla":
+        kv_heads = model["n_heads"] if attention == "mha" else max(1, model["n_heads"] // 2)
+        changes.update(attention="gqa", n_kv_heads=kv_heads, kv_lora_rank=0, d_rope=0, q_lora_rank=0)
+    if ffn != model["ffn"]:
+        changes["ffn"] = ffn
+    if changes and match_params:
+        changes["d_ff"] = matched_d_ff(model, changes)
+    return changes

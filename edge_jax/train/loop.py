@@ -50,7 +50,7 @@ def evaluate(eval_step, params, batches, sharding) -> dict:
 
 
 RESUMABLE_CHANGES = ("train.steps", "train.log_every", "train.eval_every", "train.eval_batches",
-                     "train.ckpt_every", "train.keep_ckpts", "train.qa_questions", "data.data_dir", "mesh.data", "mesh.fsdp", "mesh.tensor")
+                     "train.ckpt_every", "train.keep_ckpts", "train.qa_questions", "train.sparsity_batches", "data.data_dir", "mesh.data", "mesh.fsdp", "mesh.tensor")
 
 
 def save_config(config, workdir: str) -> None:
@@ -129,6 +129,8 @@ def train_and_evaluate(config, workdir: str, devices=None) -> dict:
                       step_time_s=timed_s / timed_steps if timed_steps else float("nan"))
         if t.qa_questions:
             result.update(question_answering(run, state.params, t.qa_questions))
+        if t.sparsity_batches:
+            result.update(activation_sparsity(run, state.params, eval_batches[:t.sparsity_batches], workdir, lead))
     finally:
         writer.close()
         ckpt.close()
@@ -150,6 +152,15 @@ def question_answering(run, params, limit: int) -> dict:
     host_fn = partial(host_inputs, run.model.cfg)
     return {**exact_match(run.model.apply, params, run.tokenizer, questions, host_fn=host_fn),
             **answer_nll(run.model.apply, params, run.tokenizer, questions, host_fn=host_fn)}
+
+
+def activation_sparsity(run, params, batches, workdir: str, write: bool) -> dict:
+    """PLM Algorithm 1 on ``batches``: scalar metrics; the whole sweep goes to ``workdir/sparsity.json``."""
+    from edge_jax.analysis.sparsity import sparsity_metrics
+    scalars, sweep = sparsity_metrics(run.model, params, batches)
+    if write:
+        write_json_atomic(os.path.join(workdir, "sparsity.json"), sweep)
+    return scalars
 
 
 def _last_train_record(workdir: str) -> dict:

@@ -1,0 +1,33 @@
+"""What the PLM ablation files (ablations/plm_*.py) share: base configs, presets, twin cells.
+
+Every PLM grid starts from ``configs/plm.py`` (MLA + ReLU² + WSDC), so the default PLM cell has the
+same config in every grid and is trained once (the runner reuses identical runs across grids).
+"""
+from __future__ import annotations
+
+PRESETS = ("tiny", "paper")
+SIZE = {"tiny": "tiny", "paper": "1p8b"}
+
+TINY_NOTES = (
+    "Tiny preset: PLM-shaped decoder (MLA d_c 32, d_rope 16, 4 heads of 32, d_model 128, 4 layers, "
+    "ReLU² FFN 512, tied embeddings), 300 steps of 16 x 128 byte tokens of pystdlib with WSDC; "
+    "twins with another attention or FFN keep the non-embedding parameter count by adjusting d_ff. "
+    "The sparsity sweep (Algorithm 1, Δppl <= 1) runs on 4 validation batches after training."
+)
+
+
+def base(preset: str) -> str:
+    if preset not in PRESETS:
+        raise ValueError(f"unknown preset {preset!r}; valid presets: {', '.join(PRESETS)}")
+    return f"configs/plm.py:size={SIZE[preset]}"
+
+
+def variant(preset: str, attention: str = "mla", ffn: str = "relu2") -> dict:
+    """A grid cell's overrides: PLM with another attention or FFN at matched parameters."""
+    from edge_jax.models.presets import plm_variant, sized_config
+    model = sized_config(f"plm_{SIZE[preset]}").model
+    return {f"model.{k}": v for k, v in plm_variant(model, attention, ffn).items()}
+
+
+def notes(preset: str, text: str) -> str:
+    return " ".join(t for t in (text, TINY_NOTES if preset == "tiny" else "") if t)

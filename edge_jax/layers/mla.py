@@ -1,0 +1,108 @@
+"""Multi-head latent attention (PLM Appendix D, eqs. 8-17; DeepSeek-V2's MLA).
+
+Per token t and head i, with d_c = ``kv_lora_rank``, K = ``head_dim`` (d_nope, also the value
+width) and R = ``d_rope``::
+
+    c_t     = RMSNorm(W_DKV h_t)                       [d_c]      (8)  the cached latent
+    k_t^C,i = W_UK,i c_t,   v_t^C,i = W_UV,i c_t       [K]        (9, 15)
+    k_t^R   = RoPE(W_KR h_t)                            [R]        (10) shared by all heads, cached
+    q_t,i   = [W_Q,i h_t ; RoPE(W_QR,i h_t)]            [K + R]    (12-14) full rank (PLM)
+    o_t,i   = sum_j softmax_j(q_t,i . [k_j^C,i ; k_j^R] / sqrt(K + R)) v_j^C,i         (16)
+    u_t     = W_O [o_t,1; ...; o_t,H]                                                  (17)
+
+``q_lora_rank`` > 0 adds DeepSeek-V2's query compression (``q_down`` -> RMSNorm -> ``q_up``).
+Params: ``q_proj`` [D, H, K+R] (or ``q_down`` [D, r_q], ``q_norm``, ``q_up`` [r_q, H, K+R]),
+``kv_down`` [D, d_c], ``kv_norm`` [d_c], ``k_rope_proj`` [D, R], ``k_up`` / ``v_up`` [d_c, H, K],
+``o_proj`` [H, K, D].
+
+The KV cache (``decode=True``) holds only ``cached_latent`` [B, S, d_c] and ``cached_rope_key``
+[B, S, R] per layer: (d_c + R) values per token instead of GQA's 2 G K (eqs. 6-7). Two ways to
+attend over it, the same numbers up to rounding:
+
+* naive (``absorb=False``): decompress every cached latent into per-head keys and values each step;
+* absorbed (``absorb=True``): fold W_UK into the query (q~_i = W_UK,i^T q_i^C, a d_c vector) and
+  W_UV into the output, so attention runs in the latent space and nothing is decompressed.
+"""
+from __future__ import annotations
+
+import flax.linen as nn
+import jax.numpy as jnp
+
+from edge_jax.layers.attention import dense_general, causal_mask, dot_product_attention, write_cache
+from edge_jax.layers.norms import RMSNorm
+from edge_jax.layers.rope import apply_rope
+
+
+def latent_attention(q_nope_BTHK, q_rope_BTHR, latent_BSC, k_rope_BSR, w_uk_CHK, w_uv_CHK, mask_BTS):
+    """Absorbed attention: scores and the weighted sum both in the d_c latent space."""
+    K, R = q_nope_BTHK.shape[-1], q_rope_BTHR.shape[-1]
+    q_lat_BTHC = jnp.einsum("bthk,chk->bthc", q_nope_BTHK, w_uk_CHK)
+    scores = (jnp.einsum("bthc,bsc->bhts", q_lat_BTHC, latent_BSC, preferred_element_type=jnp.float32)
+              + jnp.einsum("bthr,bsr->bhts", q_rope_BTHR, k_rope_BSR, preferred_element_type=jnp.float32))
+    scores = scores / jnp.sqrt(jnp.float32(K + R))
+    scores = jnp.where(mask_BTS[:, None], scores, jnp.finfo(jnp.float32).min)
+    probs = nn.softmax(scores, axis=-1).astype(latent_BSC.dtype)
+    o_lat_BTHC = jnp.einsum("bhts,bsc->bthc", probs, latent_BSC)
+    return jnp.einsum("bthc,chk->bthk", o_lat_BTHC, w_uv_CHK)
+
+
+def expanded_attention(q_nope_BTHK, q_rope_BTHR, latent_BSC, k_rope_BSR, w_uk_CHK, w_uv_CHK, mask_BTS):
+    """Naive attention: decompress every latent into per-head keys and values, then plain softmax."""
+    H = q_nope_BTHK.shape[2]
+    k_nope_BSHK = jnp.einsum("bsc,chk->bshk", latent_BSC, w_uk_CHK)
+    v_BSHK = jnp.einsum("bsc,chk->bshk", latent_BSC, w_uv_CHK)
+    k_rope_BSHR = jnp.broadcast_to(k_rope_BSR[:, :, None], k_rope_BSR.shape[:2] + (H, k_rope_BSR.shape[-1]))
+    q_BTHD = jnp.concatenate([q_nope_BTHK, q_rope_BTHR], axis=-1)
+    k_BSHD = jnp.concatenate([k_nope_BSHK, k_rope_BSHR.astype(k_nope_BSHK.dtype)], axis=-1)
+    return dot_product_attention(q_BTHD, k_BSHD, v_BSHK, mask_BTS)
+
+
+class MLAttention(nn.Module):
+    n_heads: int
+    head_dim: int          # d_nope: per-head key (content part) and value width
+    d_rope: int
+    kv_lora_rank: int      # d_c
+    q_lora_rank: int = 0   # 0: full-rank query (PLM)
+    rope_theta: float = 10_000.0
+    absorb: bool = False
+    norm_eps: float = 1e-6
+    init_std: float = 0.02
+    dtype: str = "float32"
+    param_dtype: str = "float32"
+
+    def _query(self, x_BTD, dense):
+        H, K, R = self.n_heads, self.head_dim, self.d_rope
+        if not self.q_lora_rank:
+            return dense((H, K + R), ("embed", "heads", "head_dim"), "q_proj")(x_BTD)
+        c_q = dense(self.q_lora_rank, ("embed", "kv_lora"), "q_down")(x_BTD)
+        c_q = RMSNorm(self.norm_eps, "kv_lora", self.param_dtype, name="q_norm")(c_q)
+        return dense((H, K + R), ("kv_lora", "heads", "head_dim"), "q_up")(c_q)
+
+    @nn.compact
+    def __call__(self, x_BTD, positions_BT, decode: bool = False):
+        H, K, R, C = self.n_heads, self.head_dim, self.d_rope, self.kv_lora_rank
+        dt, pdt = jnp.dtype(self.dtype), jnp.dtype(self.param_dtype)
+
+        def dense(features, axes, name, in_axes=-1):
+            return dense_general(features, axes, name, self.init_std, dt, pdt, in_axes)
+
+        q_BTHD = self._query(x_BTD, dense)
+        q_nope_BTHK = q_BTHD[..., :K]
+        q_rope_BTHR = apply_rope(q_BTHD[..., K:], positions_BT, self.rope_theta)
+        latent_BTC = RMSNorm(self.norm_eps, "kv_lora", self.param_dtype, name="kv_norm")(
+            dense(C, ("embed", "kv_lora"), "kv_down")(x_BTD))
+        k_rope_BTR = apply_rope(dense(R, ("embed", "head_dim"), "k_rope_proj")(x_BTD)[:, :, None],
+                                positions_BT, self.rope_theta)[:, :, 0]
+        w_uk_CHK = self.param("k_up", nn.with_logical_partitioning(nn.initializers.normal(self.init_std),
+                                                                   ("kv_lora", "heads", "head_dim")), (C, H, K), pdt)
+        w_uv_CHK = self.param("v_up", nn.with_logical_partitioning(nn.initializers.normal(self.init_std),
+                                                                   ("kv_lora", "heads", "head_dim")), (C, H, K), pdt)
+        w_uk_CHK, w_uv_CHK = jnp.asarray(w_uk_CHK, dt), jnp.asarray(w_uv_CHK, dt)
+        if decode:
+            cached, mask_BTS = write_cache(self, latent=latent_BTC, rope_key=k_rope_BTR)
+            latent_BSC, k_rope_BSR = cached["latent"], cached["rope_key"]
+        else:
+            latent_BSC, k_rope_BSR, mask_BTS = latent_BTC, k_rope_BTR, causal_mask(positions_BT, positions_BT)
+        attend = latent_attention if self.absorb else expanded_attention
+        o_BTHK = attend(q_nope_BTHK, q_rope_BTHR, latent_BSC, k_rope_BSR, w_uk_CHK, w_uv_CHK, mask_BTS)
+        return dense(x_BTD.shape[-1], ("heads", "head_dim", "embed"), "o_proj", in_axes=(-2, -1))(o_BTHK)
