@@ -28,7 +28,12 @@ from __future__ import annotations
 import flax.linen as nn
 import jax.numpy as jnp
 
-from edge_jax.layers.attention import dense_general, causal_mask, dot_product_attention, write_cache
+from edge_jax.layers.attention import (
+    causal_mask,
+    dense_general,
+    dot_product_attention,
+    write_cache,
+)
 from edge_jax.layers.norms import RMSNorm
 from edge_jax.layers.rope import apply_rope
 
