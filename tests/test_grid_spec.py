@@ -113,17 +113,25 @@ def test_load_errors(tmp_path):
         spec.load_grid(tmp_path / "broken.py")
 
 
-def test_lr_schedule_ablation_loads_for_both_presets():
-    path = REPO / "ablations" / "lr_schedule.py"
+def test_plm_schedule_ablation_loads_for_both_presets():
+    from edge_jax.config import load_config
+    path = REPO / "ablations" / "plm_schedule.py"
     tiny = spec.load_grid(path, "tiny")
     assert list(tiny.cells) == ["cosine", "wsd", "wsdc"]
-    assert tiny.base == "configs/lm.py:size=tiny" and tiny.metric == "val_loss"
+    assert tiny.base == "configs/plm.py:size=tiny" and tiny.metric == "val_loss"
     assert tiny.paper.order == ("wsdc", "wsd", "cosine") and tiny.paper.order_is_explicit
     paper = spec.load_grid(path, "paper")
-    assert paper.base == "configs/lm.py:size=qwen3_0p6b"
-    o = paper.base_overrides
-    assert o["train.lr"] == 3e-4 and o["train.min_lr"] == 3e-5
-    assert o["train.warmup_steps"] == o["train.steps"] // 100
-    assert 0 < o["train.decay_fraction"] + o["train.tail_fraction"] < 1
+    t = load_config(paper.base).train
+    assert t.schedule == "wsdc" and t.lr == 3e-4 and t.min_lr == 3e-5
+    assert t.warmup_steps == t.steps // 100 and 0 < t.decay_fraction + t.tail_fraction < 1
     with pytest.raises(spec.GridSpecError, match="unknown preset 'huge'; valid presets: tiny, paper"):
         spec.load_grid(path, "huge")
+
+
+@pytest.mark.parametrize("name", ["plm_activation", "plm_attention", "plm_arch_search"])
+def test_plm_ablations_load_and_their_cells_validate(name):
+    from edge_jax.config import load_config
+    grid = spec.load_grid(REPO / "ablations" / f"{name}.py", "tiny")
+    assert grid.post
+    for cell in grid.cells:
+        load_config(grid.base, grid.overrides(cell, 0))

@@ -6,6 +6,7 @@ import argparse
 BENCHMARKS = {
     "train-step": "edge_jax.bench.train_step",
     "meki-decode": "edge_jax.bench.meki_decode",
+    "mla-decode": "edge_jax.bench.mla_decode",
 }
 
 
@@ -26,6 +27,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--prompt", type=int, default=64, help="prompt tokens (prefilled, not timed)")
     g.add_argument("--new-tokens", type=int, default=128, help="decode steps per timed round")
     g.add_argument("--dtype", default="float32", help="compute and parameter dtype (float32, bfloat16, float16)")
+    g = parser.add_argument_group("mla-decode", "MLA (naive, absorbed) vs its MHA twin. Also takes --d-model, "
+                                  "--layers, --heads, --kv-heads (the twin's; default --heads), --head-dim, --d-ff, "
+                                  "--vocab, --batch, --dtype, --repeats; default shape: d_model 2048, 2 layers, 16 "
+                                  "heads x 128, d_ff 2048, vocab 4096")
+    g.add_argument("--d-rope", type=int, default=None, help="MLA RoPE key width (default 64)")
+    g.add_argument("--kv-lora-rank", type=int, default=None, help="MLA latent width d_c (default 512)")
+    g.add_argument("--contexts", default="1024,4096,8192", help="comma-separated cache fill levels")
+    g.add_argument("--decode-steps", type=int, default=4, help="decode steps per timed round")
 
 
 def run(args, overrides) -> int:

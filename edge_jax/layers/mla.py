@@ -21,7 +21,8 @@ attend over it, the same numbers up to rounding:
 
 * naive (``absorb=False``): decompress every cached latent into per-head keys and values each step;
 * absorbed (``absorb=True``): fold W_UK into the query (q~_i = W_UK,i^T q_i^C, a d_c vector) and
-  W_UV into the output, so attention runs in the latent space and nothing is decompressed.
+  W_UV into the output, so attention runs in the latent space and nothing is decompressed. It is
+  used for one-token decode steps only; prefill blocks and training keep the naive form.
 """
 from __future__ import annotations
 
@@ -108,6 +109,8 @@ class MLAttention(nn.Module):
             latent_BSC, k_rope_BSR = cached["latent"], cached["rope_key"]
         else:
             latent_BSC, k_rope_BSR, mask_BTS = latent_BTC, k_rope_BTR, causal_mask(positions_BT, positions_BT)
-        attend = latent_attention if self.absorb else expanded_attention
+        # Absorbed only for one-token decode steps: with many queries (prefill, training) decompressing once
+        # is cheaper than attending in d_c per query-key pair (H (2 d_c + R) vs H (2 K + R) multiply-adds).
+        attend = latent_attention if (self.absorb and decode and x_BTD.shape[1] == 1) else expanded_attention
         o_BTHK = attend(q_nope_BTHK, q_rope_BTHR, latent_BSC, k_rope_BSR, w_uk_CHK, w_uv_CHK, mask_BTS)
         return dense(x_BTD.shape[-1], ("heads", "head_dim", "embed"), "o_proj", in_axes=(-2, -1))(o_BTHK)

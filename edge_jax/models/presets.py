@@ -63,7 +63,8 @@ TRAIN_PRESETS["plm_tiny"] = dict(data=dict(seq_len=128, batch_size=16),
                                             sparsity_batches=4))
 # 2.48T tokens in batches of 15M tokens (3,662 sequences of 4,096) on 208 accelerators.
 TRAIN_PRESETS["plm_1p8b"] = dict(data=dict(seq_len=4096, batch_size=3662),
-                                 train=dict(WSDC, steps=165_000, lr=3e-4, min_lr=3e-5, warmup_steps=1650),
+                                 train=dict(WSDC, steps=165_000, lr=3e-4, min_lr=3e-5, warmup_steps=1650,
+                                            sparsity_batches=1),
                                  model=dict(dtype="bfloat16"))
 
 
