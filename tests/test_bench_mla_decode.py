@@ -1,6 +1,7 @@
 """`edge-jax bench mla-decode` on a tiny shape: the table's rows and ratios (no timing assertions)."""
 import jax.numpy as jnp
 
+from edge_jax.analysis.kv_cache import cache_bytes
 from edge_jax.bench import mla_decode as M
 from edge_jax.cli import main
 from edge_jax.models.decoder import DecoderLM
@@ -33,8 +34,8 @@ def test_filled_cache_sets_index_and_sizes():
     attn = cache["layers_1"]["attn"]
     assert int(attn["cache_index"]) == 10 and attn["cached_latent"].shape == (1, 14, 8)
     assert float(jnp.abs(attn["cached_latent"]).sum()) > 0
-    assert M.cache_bytes_per_token(cache, 1) == 2 * 12 * 4
-    assert M.cache_bytes_per_token(M.filled_cache(DecoderLM(gqa), 2, 3, 5), 2) == 2 * 32 * 4
+    assert cache_bytes(DecoderLM(mla), 1, 14)["bytes_per_token"] == 2 * 12 * 4
+    assert cache_bytes(DecoderLM(gqa), 2, 5)["bytes_per_token"] == 2 * 32 * 4
 
 
 def test_bad_flags_are_one_line_errors(capsys):

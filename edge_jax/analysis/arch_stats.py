@@ -9,7 +9,6 @@ Used as the ``plm_arch_search`` grid's post hook (``write_arch_stats``).
 """
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import jax
@@ -57,13 +56,8 @@ def forward_stats(cfgs: dict[str, ModelConfig], seq_len: int = 128, repeats: int
 
 
 def _resolved_model(record: dict) -> dict:
-    model = dict(record["config"]["model"])
-    path = Path(record.get("workdir") or "") / "config.json"
-    if model.get("vocab_size", 0) <= 0 and path.exists():
-        model["vocab_size"] = json.loads(path.read_text())["model"]["vocab_size"]
-    if model.get("vocab_size", 0) <= 0:
-        raise ValueError(f"vocabulary size unknown for cell {record['cell']}; its workdir {path.parent} is missing")
-    return model
+    from edge_jax.grid.runner import resolved_vocab_size
+    return {**record["config"]["model"], "vocab_size": resolved_vocab_size(record["config"], record.get("workdir"))}
 
 
 def write_arch_stats(grid, records: list[dict], out) -> list[Path]:

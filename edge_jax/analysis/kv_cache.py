@@ -90,10 +90,11 @@ def cache_bytes(model, batch: int, max_len: int, materialize: bool | None = None
 def gqa_twin(cfg: ModelConfig) -> ModelConfig:
     """The MHA twin of an MLA config (one KV head of ``head_dim`` per query head, as in
     ``configs/plm.py:attention=mha``); d_ff is kept, which does not change the cache."""
+    from edge_jax.models.presets import plm_variant
     if cfg.attention != "mla":
         raise ValueError(f"gqa_twin needs an MLA config, got attention={cfg.attention!r}")
-    return dataclasses.replace(cfg, attention="gqa", n_kv_heads=cfg.n_heads, kv_lora_rank=0, d_rope=0,
-                               q_lora_rank=0, mla_absorb=False)
+    changes = plm_variant(dataclasses.asdict(cfg), "mha", cfg.ffn, match_params=False)
+    return dataclasses.replace(cfg, **changes, mla_absorb=False)
 
 
 def _size(n: float) -> str:

@@ -6,7 +6,6 @@ cell x seed record: ``metric = a + b * ln(size)``; the paper's claim is a straig
 """
 from __future__ import annotations
 
-import json
 import math
 from pathlib import Path
 
@@ -18,13 +17,9 @@ from edge_jax.atomic import save_figure_atomic, write_text_atomic
 def memory_size(config: dict, workdir: str | None = None) -> int:
     """``L * |V| * d_mem``; a record's config keeps ``vocab_size`` 0 (from the tokenizer), so the
     resolved size is read from the run's own ``config.json`` then."""
+    from edge_jax.grid.runner import resolved_vocab_size
     m = config["model"]
-    vocab = int(m["vocab_size"])
-    if vocab <= 0 and workdir and (Path(workdir) / "config.json").exists():
-        vocab = int(json.loads((Path(workdir) / "config.json").read_text())["model"]["vocab_size"])
-    if vocab <= 0:
-        raise ValueError(f"vocabulary size unknown for a record (workdir {workdir}); rerun the cell")
-    return int(m["n_layers"]) * vocab * int(m["d_mem"])
+    return int(m["n_layers"]) * resolved_vocab_size(config, workdir) * int(m["d_mem"])
 
 
 def log_linear_fit(sizes, values) -> dict:

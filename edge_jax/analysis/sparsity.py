@@ -25,6 +25,7 @@ import numpy as np
 
 from edge_jax.layers.ffn import GATED
 from edge_jax.models.inputs import model_kwargs
+from edge_jax.train.step import token_losses
 
 DEFAULT_POINTS = 21  # r = 0, 0.05, ..., 1
 
@@ -43,8 +44,7 @@ def make_masked_eval(model):
     def fn(params, batch, ratio):
         logits, state = model.apply({"params": nn.unbox(params)}, batch["inputs"], ffn_mask_ratio=ratio,
                                     mutable=["intermediates"], **model_kwargs(batch))
-        logp = jax.nn.log_softmax(logits, axis=-1)
-        nll = -jnp.take_along_axis(logp, batch["targets"][..., None], axis=-1)[..., 0]
+        nll = token_losses(logits, batch["targets"])
         mask = batch.get("mask", jnp.ones(nll.shape, jnp.float32))
         zeros = [v["ffn"]["zero_fraction"][0] for k, v in sorted(state["intermediates"].items(),
                                                                   key=lambda kv: int(kv[0].rsplit("_", 1)[-1]))

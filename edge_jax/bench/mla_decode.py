@@ -30,6 +30,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from edge_jax.analysis.kv_cache import cache_bytes, gqa_twin
 from edge_jax.bench.timing import time_interleaved
 from edge_jax.config import ConfigError
 from edge_jax.infer.decode import decode_tokens, init_cache
@@ -69,7 +70,7 @@ def bench_configs(args):
         raise ConfigError("--contexts, --decode-steps, --batch and --repeats must be positive")
     mla = ModelConfig(**shape, n_kv_heads=shape["n_heads"], attention="mla", ffn="relu2", qk_norm=False,
                       rope_theta=10_000.0, dtype=args.dtype, param_dtype=args.dtype)
-    gqa = dataclasses.replace(mla, attention="gqa", n_kv_heads=kv_heads, kv_lora_rank=0, d_rope=0)
+    gqa = dataclasses.replace(gqa_twin(mla), n_kv_heads=kv_heads)
     return mla, gqa, contexts, steps
 
 
@@ -94,13 +95,6 @@ def filled_cache(model, batch: int, context: int, slots: int, seed: int = 0):
     return _random_like(shapes, seed, special=lambda keys, s: context if keys[-1] == "cache_index" else None)
 
 
-def cache_bytes_per_token(cache, batch: int) -> float:
-    """Bytes per token of one sequence, all layers, from the arrays (``cache_index`` left out)."""
-    arrays = [a for path, a in jax.tree_util.tree_flatten_with_path(cache)[0]
-              if getattr(path[-1], "key", "") != "cache_index"]
-    return sum(a.nbytes for a in arrays) / (batch * arrays[0].shape[1])
-
-
 def _init(model, seed: int):
     """Random parameters: normal(0.02) weights, unit norm scales (shapes from ``jax.eval_shape``)."""
     shapes = nn.unbox(jax.eval_shape(model.init, jax.random.key(0), jnp.zeros((1, 8), jnp.int32)))["params"]
@@ -123,7 +117,8 @@ def measure(mla, gqa, contexts=DEFAULT_CONTEXTS, steps: int = DEFAULT_STEPS, rep
         mla_cache = filled_cache(models["naive"], batch, ctx, slots, seed)
         state = {"naive": mla_cache, "absorbed": jax.tree_util.tree_map(jnp.copy, mla_cache),
                  "gqa": filled_cache(models["gqa"], batch, ctx, slots, seed)}
-        mb = {k: cache_bytes_per_token(state[k], batch) * ctx / 2**20 for k in ("naive", "gqa")}
+        mb = {k: cache_bytes(models[k], batch, slots, materialize=False)["bytes_per_token"] * ctx / 2**20
+              for k in ("naive", "gqa")}
 
         def round_fn(name):
             def run():

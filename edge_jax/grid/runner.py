@@ -285,6 +285,18 @@ def read_curves(metrics_path: str | Path) -> dict[str, list[list[float]]]:
             "train_loss": [[s, train[s]] for s in sorted(train)]}
 
 
+def resolved_vocab_size(config: dict, workdir: str | Path | None = None) -> int:
+    """A record's vocabulary size; records keep ``vocab_size`` 0 (from the tokenizer), so the resolved
+    size is read from the run's own ``config.json`` then."""
+    vocab = int(config["model"]["vocab_size"])
+    path = Path(workdir or "") / "config.json"
+    if vocab <= 0 and workdir and path.exists():
+        vocab = int(json.loads(path.read_text())["model"]["vocab_size"])
+    if vocab <= 0:
+        raise ValueError(f"vocabulary size unknown for a record (workdir {workdir}); rerun the cell")
+    return vocab
+
+
 def git_info(where: str | Path) -> dict:
     """{"commit": sha or None, "dirty": bool or None}; None where git cannot tell."""
     def git(*args):
