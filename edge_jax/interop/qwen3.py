@@ -17,37 +17,18 @@ from typing import Any, Mapping
 
 import numpy as np
 
+from edge_jax.interop.hf_state import (
+    StateDictReader,
+    config_dict,
+    decoder_params,
+    rope_settings,
+)
 from edge_jax.models.decoder import ModelConfig
-
-_IGNORED_SUFFIXES = ("rotary_emb.inv_freq",)  # non-persistent buffers some checkpoints still carry
-
-
-def _config_dict(hf_config) -> dict:
-    if isinstance(hf_config, Mapping):
-        return dict(hf_config)
-    if hasattr(hf_config, "to_dict"):
-        return hf_config.to_dict()
-    return dict(vars(hf_config))
-
-
-def _rope_settings(c: dict) -> tuple[float, dict]:
-    """(rope_theta, rope parameters) from a 5.x ``rope_parameters`` or a 4.x ``rope_theta``/``rope_scaling``."""
-    rp = c.get("rope_parameters") or {}
-    if rp and "rope_type" not in rp and "rope_theta" not in rp and isinstance(rp.get("full_attention"), Mapping):
-        rp = rp["full_attention"]  # per-layer-type layout
-    rp = dict(rp)
-    scaling = c.get("rope_scaling") or {}
-    for k, v in dict(scaling).items():
-        rp.setdefault(k, v)
-    theta = rp.get("rope_theta", c.get("rope_theta"))
-    if theta is None:
-        theta = 10_000.0  # Qwen3Config default
-    return float(theta), rp
 
 
 def model_config_from_hf(hf_config) -> ModelConfig:
     """ModelConfig for a transformers Qwen3 config; ValueError (one line) on settings we do not implement."""
-    c = _config_dict(hf_config)
+    c = config_dict(hf_config)
     model_type = c.get("model_type", "qwen3")
     if model_type != "qwen3":
         raise ValueError(f"unsupported model_type={model_type!r}: only 'qwen3' is supported")
@@ -68,7 +49,7 @@ def model_config_from_hf(hf_config) -> ModelConfig:
     if sliding_window is not None and "sliding_attention" in layer_types:
         raise ValueError(f"unsupported setting sliding_window={sliding_window} (use_sliding_window=True with "
                          f"sliding_attention layers); DecoderLM only has full causal attention")
-    theta, rp = _rope_settings(c)
+    theta, rp = rope_settings(c)
     rope_type = rp.get("rope_type", rp.get("type", "default"))
     if rope_type != "default":
         raise ValueError(f"unsupported setting rope_type={rope_type!r}: only default RoPE is supported")
@@ -84,78 +65,24 @@ def model_config_from_hf(hf_config) -> ModelConfig:
         norm_eps=float(c.get("rms_norm_eps", 1e-6)), ffn="swiglu", dtype="float32", param_dtype="float32")
 
 
-def _to_f32(x) -> np.ndarray:
-    if hasattr(x, "detach"):  # torch.Tensor (numpy() cannot take bf16, so upcast in torch first)
-        import torch
-        return x.detach().to(device="cpu", dtype=torch.float32).numpy()
-    return np.asarray(x, dtype=np.float32)
-
-
-def _prefix(state_dict: Mapping[str, Any]) -> str:
-    for p in ("model.", ""):
-        if f"{p}embed_tokens.weight" in state_dict:
-            return p
-    raise ValueError("missing tensor 'model.embed_tokens.weight' (expected shape [vocab_size, hidden_size]); "
-                     "not a Qwen3 state dict?")
-
-
 def params_from_hf_state_dict(state_dict: Mapping[str, Any], cfg: ModelConfig) -> dict:
     """Plain float32 ``{"params": ...}`` tree for ``DecoderLM(cfg)`` from an HF Qwen3 state dict."""
-    import jax.numpy as jnp
+    D, H, G, K = cfg.d_model, cfg.n_heads, cfg.n_kv_heads, cfg.head_dim
+    r = StateDictReader(state_dict, "Qwen3")
 
-    V, D, H, G, K, F = cfg.vocab_size, cfg.d_model, cfg.n_heads, cfg.n_kv_heads, cfg.head_dim, cfg.d_ff
-    p = _prefix(state_dict)
-    used: set[str] = set()
-
-    def get(name: str, shape: tuple[int, ...]) -> np.ndarray:
-        key = p + name if not name.startswith("lm_head") else name
-        if key not in state_dict:
-            raise ValueError(f"missing tensor {key!r} (expected shape {list(shape)})")
-        raw = state_dict[key]
-        got = tuple(int(s) for s in raw.shape)
-        if got != shape:
-            raise ValueError(f"tensor {key!r} has shape {list(got)}, expected {list(shape)}")
-        used.add(key)
-        return _to_f32(raw)
-
-    def linear(name: str, out: int, inp: int) -> np.ndarray:  # HF [out, in] -> ours [in, out]
-        return get(name, (out, inp)).T
-
-    params: dict[str, Any] = {"embed": {"embedding": get("embed_tokens.weight", (V, D))}}
-    for i in range(cfg.n_layers):
-        L = f"layers.{i}."
+    def attention(A: str) -> dict:
         attn = {
-            "q_proj": {"kernel": linear(L + "self_attn.q_proj.weight", H * K, D).reshape(D, H, K)},
-            "k_proj": {"kernel": linear(L + "self_attn.k_proj.weight", G * K, D).reshape(D, G, K)},
-            "v_proj": {"kernel": linear(L + "self_attn.v_proj.weight", G * K, D).reshape(D, G, K)},
-            "o_proj": {"kernel": linear(L + "self_attn.o_proj.weight", D, H * K).reshape(H, K, D)},
+            "q_proj": {"kernel": r.linear(A + "q_proj.weight", H * K, D).reshape(D, H, K)},
+            "k_proj": {"kernel": r.linear(A + "k_proj.weight", G * K, D).reshape(D, G, K)},
+            "v_proj": {"kernel": r.linear(A + "v_proj.weight", G * K, D).reshape(D, G, K)},
+            "o_proj": {"kernel": r.linear(A + "o_proj.weight", D, H * K).reshape(H, K, D)},
         }
         if cfg.qk_norm:
-            attn["q_norm"] = {"scale": get(L + "self_attn.q_norm.weight", (K,))}
-            attn["k_norm"] = {"scale": get(L + "self_attn.k_norm.weight", (K,))}
-        params[f"layers_{i}"] = {
-            "attn_norm": {"scale": get(L + "input_layernorm.weight", (D,))},
-            "attn": attn,
-            "ffn_norm": {"scale": get(L + "post_attention_layernorm.weight", (D,))},
-            "ffn": {"gate": {"kernel": linear(L + "mlp.gate_proj.weight", F, D)},
-                    "up": {"kernel": linear(L + "mlp.up_proj.weight", F, D)},
-                    "down": {"kernel": linear(L + "mlp.down_proj.weight", D, F)}},
-        }
-    params["final_norm"] = {"scale": get("norm.weight", (D,))}
-    if not cfg.tie_embeddings:
-        params["lm_head"] = {"kernel": linear("lm_head.weight", V, D)}
-    elif "lm_head.weight" in state_dict:
-        used.add("lm_head.weight")  # tied copy (or a stale untied head; HF ignores it too when tied)
+            attn["q_norm"] = {"scale": r.get(A + "q_norm.weight", (K,))}
+            attn["k_norm"] = {"scale": r.get(A + "k_norm.weight", (K,))}
+        return attn
 
-    extra = sorted(k for k in state_dict if k not in used and not k.endswith(_IGNORED_SUFFIXES))
-    if extra:
-        raise ValueError(f"unexpected tensors not used by DecoderLM ({len(extra)}): {', '.join(extra[:5])}"
-                         + (", ..." if len(extra) > 5 else ""))
-    return {"params": _tree_map(lambda a: jnp.asarray(np.ascontiguousarray(a), dtype=jnp.float32), params)}
-
-
-def _tree_map(fn, tree):
-    return {k: _tree_map(fn, v) if isinstance(v, dict) else fn(v) for k, v in tree.items()}
+    return decoder_params(r, cfg, attention)
 
 
 def load_hf_model(model) -> tuple[ModelConfig, dict]:
