@@ -21,6 +21,9 @@ MEMORY_KINDS = ("none", "meki", "ple", "engram")
 MEKI_PROJECTIONS = ("swiglu", "linear")
 MEKI_FUSIONS = ("add_sigmoid", "mul_sigmoid", "add_silu", "mul_silu")
 MEKI_POSITIONS = ("parallel_ffn", "parallel_attn", "after_attn", "after_ffn")
+MEMORY_UPDATES = ("linear", "delta")
+LONGCTX_METHODS = ("", "edgeinfinite", "fullkv", "streamingllm", "snapkv", "pyramidkv")
+TRAINABLE = ("all", "memory_gate")
 
 
 class ConfigError(ValueError):
@@ -47,6 +50,11 @@ def base_config() -> ml_collections.ConfigDict:
         meki_position="parallel_ffn", meki_folded=False,
         engram_layers=(1,), engram_orders=(2, 3), engram_heads=4, engram_table_size=4099,
         engram_kernel=4,
+        # EdgeInfinite: memory-gating MLP width per head (0: off), initial gate logit, the segmented
+        # layout (sink tokens, window tokens, segment length), memory update rule and epsilon; the
+        # keep switches drop the sink or window tokens at inference (EdgeInfinite Table 2).
+        infini_hidden=0, infini_gate_init=0.0, infini_sink=0, infini_window=0, infini_segment=0,
+        infini_update="linear", infini_eps=1e-6, infini_keep_sink=True, infini_keep_window=True,
     ))
     c.data = ml_collections.ConfigDict(dict(
         name="pystdlib", tokenizer="byte", seq_len=128, batch_size=16, data_dir="",
@@ -59,6 +67,19 @@ def base_config() -> ml_collections.ConfigDict:
         log_every=10, eval_every=50, eval_batches=20, ckpt_every=50, keep_ckpts=3,
         qa_questions=0,  # after training, exact match on this many questions (-1: all; needs facts/longctx)
         sparsity_batches=0,  # after training, PLM Algorithm 1 on this many validation batches (0: off)
+        trainable="all",  # or memory_gate: only EdgeInfinite's memory-gating module (needs init_from)
+        gate_lr=0.0,  # learning rate of the gate logits g (0: train.lr); no weight decay on them
+    ))
+    # Start from the params of another run's latest checkpoint (a training workdir); params the
+    # model has and the checkpoint lacks (EdgeInfinite's memory gate) keep their initialisation.
+    c.init_from = ""
+    # After training: exact match on the built-in long-context tasks with one inference method.
+    c.longctx = ml_collections.ConfigDict(dict(
+        method="",  # "" (off), edgeinfinite, fullkv, streamingllm, snapkv, pyramidkv
+        lengths=(1024, 2048, 4096, 8192, 16384), examples=4, tasks=(),  # tasks (): all five
+        budget=0,  # KV slots per layer for the baselines (0: sink + window + segment, EdgeInfinite's most)
+        obs_window=8, pool_kernel=7, pyramid_beta=20.0,  # SnapKV / PyramidKV
+        prefill_chunk=1024, max_input=65536, answer_tokens=8,
     ))
     c.mesh = ml_collections.ConfigDict(dict(data=-1, fsdp=1, tensor=1))
     return c
@@ -175,6 +196,8 @@ def validate(c: ml_collections.ConfigDict) -> None:
                 "model.n_kv_heads": m.n_kv_heads, "model.head_dim": m.head_dim, "model.d_ff": m.d_ff,
                 "data.seq_len": d.seq_len, "data.batch_size": d.batch_size, "train.steps": t.steps,
                 "train.grad_accum": t.grad_accum, "train.lr": t.lr}
+    if t.steps == 0 and c.init_from:
+        positive.pop("train.steps")  # evaluate another run's params without training
     for key, val in positive.items():
         if val <= 0:
             raise ConfigError(f"{key} must be positive, got {val}")
@@ -190,7 +213,7 @@ def validate(c: ml_collections.ConfigDict) -> None:
     if not 0 <= t.sparsity_batches <= t.eval_batches:
         raise ConfigError(f"train.sparsity_batches={t.sparsity_batches} must lie in [0, train.eval_batches="
                           f"{t.eval_batches}]; it uses the first validation batches")
-    if t.warmup_steps >= t.steps and t.schedule != "constant":
+    if t.steps and t.warmup_steps >= t.steps and t.schedule != "constant":
         raise ConfigError(f"train.warmup_steps={t.warmup_steps} must be below train.steps={t.steps}")
     if t.schedule in ("wsd", "wsdc"):
         tail = t.tail_fraction if t.schedule == "wsdc" else 0.0
@@ -204,6 +227,7 @@ def validate(c: ml_collections.ConfigDict) -> None:
         raise ConfigError("only one of mesh.data / mesh.fsdp / mesh.tensor may be -1")
     _validate_attention(m)
     _validate_memory(m)
+    _validate_infini(c)
     if m.vocab_size < 0:
         raise ConfigError(f"model.vocab_size={m.vocab_size}: use 0 (from the tokenizer) or a positive size")
 
@@ -250,3 +274,51 @@ def _validate_memory(m) -> None:
         if m.engram_heads <= 0 or m.engram_table_size < 2 or m.engram_kernel <= 0:
             raise ConfigError("model.engram_heads, model.engram_kernel must be positive and "
                               "model.engram_table_size >= 2")
+
+
+def longctx_budget(c) -> int:
+    """KV slots per layer for the long-context baselines (longctx.budget, or EdgeInfinite's most)."""
+    m = c.model
+    return c.longctx.budget or m.infini_sink + m.infini_window + m.infini_segment
+
+
+def _validate_infini(c) -> None:
+    m, t, lc = c.model, c.train, c.longctx
+    _choice("train.trainable", t.trainable, TRAINABLE)
+    _choice("longctx.method", lc.method, LONGCTX_METHODS)
+    if m.infini_hidden < 0:
+        raise ConfigError(f"model.infini_hidden={m.infini_hidden} must be >= 0 (0: no EdgeInfinite memory gate)")
+    if m.infini_hidden:
+        _choice("model.infini_update", m.infini_update, MEMORY_UPDATES)
+        if m.attention != "gqa":
+            raise ConfigError("EdgeInfinite (model.infini_hidden > 0) needs model.attention=gqa")
+        if m.infini_segment <= 0 or m.infini_sink < 0 or m.infini_window < 0:
+            raise ConfigError(f"model.infini_segment={m.infini_segment} must be positive and infini_sink, "
+                              "infini_window >= 0; set e.g. model.infini_segment=128")
+        if m.infini_segment < m.infini_window:
+            raise ConfigError(f"model.infini_segment={m.infini_segment} is shorter than model.infini_window="
+                              f"{m.infini_window}; use a segment at least as long as the window")
+    if t.trainable == "memory_gate" and not (m.infini_hidden and c.init_from):
+        raise ConfigError("train.trainable=memory_gate trains EdgeInfinite's gate on a frozen base: set "
+                          "model.infini_hidden > 0 and init_from=<base workdir>")
+    if t.steps == 0 and not c.init_from:
+        raise ConfigError("train.steps=0 only evaluates another run: set init_from=<workdir> or train.steps > 0")
+    if lc.method:
+        if lc.method == "edgeinfinite" and not m.infini_hidden:
+            raise ConfigError("longctx.method=edgeinfinite needs the memory gate: set model.infini_hidden > 0")
+        if m.infini_segment <= 0:
+            raise ConfigError("longctx.method needs the cache sizes: set model.infini_sink, infini_window and "
+                              "infini_segment (StreamingLLM keeps infini_sink sink tokens)")
+        budget = longctx_budget(c)
+        if m.infini_sink + m.infini_window >= budget:
+            raise ConfigError(f"model.infini_sink + infini_window = {m.infini_sink + m.infini_window} leave nothing "
+                              f"of the cache budget longctx.budget={budget}; raise the budget or shrink them")
+        if lc.method in ("snapkv", "pyramidkv") and not 0 < lc.obs_window < budget:
+            raise ConfigError(f"longctx.obs_window={lc.obs_window} must lie in [1, budget {budget}); e.g. 8")
+        if lc.pool_kernel <= 0 or lc.pool_kernel % 2 == 0:
+            raise ConfigError(f"longctx.pool_kernel={lc.pool_kernel} must be a positive odd number, e.g. 7")
+        if not lc.lengths or min(lc.lengths) < 256 or max(lc.lengths) > lc.max_input:
+            raise ConfigError(f"longctx.lengths={tuple(lc.lengths)} must be non-empty, each in [256, "
+                              f"longctx.max_input={lc.max_input}]; raise max_input or drop the longer lengths")
+        if lc.examples <= 0 or lc.answer_tokens <= 0 or lc.prefill_chunk <= 0:
+            raise ConfigError("longctx.examples, longctx.answer_tokens and longctx.prefill_chunk must be positive")

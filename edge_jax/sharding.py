@@ -10,6 +10,7 @@ import os
 import flax.linen as nn
 import jax
 import numpy as np
+import optax
 from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
@@ -85,7 +86,14 @@ def check_divisible(config, mesh: Mesh) -> None:
 def logical_shardings(abstract_tree, mesh: Mesh, rules=LOGICAL_RULES):
     """NamedShardings for a tree of (possibly boxed) abstract values."""
     specs = nn.get_partition_spec(abstract_tree)
-    return nn.logical_to_mesh_sharding(specs, mesh, rules)
+    shardings = nn.logical_to_mesh_sharding(specs, mesh, rules)
+    # optax.multi_transform / masked leave empty MaskedNode placeholders in the optimizer state
+    def keep_masked(a, s):
+        inner = a.unbox() if isinstance(a, nn.meta.AxisMetadata) else a
+        return optax.MaskedNode() if isinstance(inner, optax.MaskedNode) else s
+
+    return jax.tree_util.tree_map(keep_masked, abstract_tree, shardings,
+                                  is_leaf=lambda x: isinstance(x, (optax.MaskedNode, nn.meta.AxisMetadata)))
 
 
 def batch_sharding(mesh: Mesh) -> NamedSharding:

@@ -50,23 +50,34 @@ def test_facts_builder_prepares_and_reads(tmp_path):
 
 def test_longctx_builder_tasks(tmp_path):
     source = resolve("longctx", str(tmp_path), longctx_length=600, longctx_examples=12)
-    assert source.key == "longctx-len600_n12_s0-v1.0.0"
+    assert source.key == "longctx-len600_n12_s0-v1.1.0"
     records = source.records("train")
     assert len(records) == 12 and len(source.records("validation")) == 3
-    assert [r["task"] for r in records[:3]] == list(longctx.TASKS)
+    assert [r["task"] for r in records[:5]] == list(longctx.TASKS)
+    assert [r["task"] for r in records[5:10]] == list(longctx.TASKS)
+    assert len(longctx.TASKS) == 5 and set(longctx.CATEGORIES) == set(longctx.TASKS)
     for r in records + source.records("qa"):
+        assert set(r) == {"text", "prompt", "answer", "task"}
         assert r["text"] == f"{r['prompt']} {r['answer']}"
-        assert 550 <= len(r["prompt"]) <= 700, len(r["prompt"])
+        assert 550 <= len(r["prompt"]) <= 600, len(r["prompt"])
         assert r["prompt"].endswith("\nAnswer:")
+        assert r["answer"] and not re.search(r"\s", r["answer"])
         if r["task"] == "passkey":
             assert f"The pass key is {r['answer']}." in r["prompt"]
         elif r["task"] == "multikey":
             key = re.search(r"value of key (\S+)\?", r["prompt"]).group(1)
             assert f"The value of key {key} is {r['answer']}." in r["prompt"]
-        else:
+        elif r["task"] == "aggregate":
             points = [int(v) for v in re.findall(r"Tally note: add (\d) points", r["prompt"])]
             assert 4 <= len(points) <= 8 and sum(points) == int(r["answer"])
+        elif r["task"] == "fewshot":
+            assert 4 <= len(re.findall(r"Example: [a-z]+ -> [a-z]+\.", r["prompt"])) <= 8
+            assert re.fullmatch(r"[a-z]{3,5}", r["answer"])
+        else:
+            assert r["task"] == "vartrack"
+            assert f"= {r['answer']} ." in r["prompt"] and re.fullmatch(r"\d{5}", r["answer"])
     assert len(source.qa()) == 6
+    assert {q["task"] for q in source.qa()} == set(longctx.TASKS)
     assert resolve("longctx", str(tmp_path / "b"), longctx_length=600,
                    longctx_examples=12).records("train") == records
 

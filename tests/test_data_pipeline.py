@@ -187,7 +187,7 @@ def test_load_qa(tmp_path):
     qa = load_qa(_cfg(tmp_path), "")
     assert len(qa) == 10 * 6 and all(set(q) == {"prompt", "answer", "task"} for q in qa)
     long_qa = load_qa(_cfg(tmp_path, name="longctx", longctx_length=512, longctx_examples=8), "")
-    assert {q["task"] for q in long_qa} == {"passkey", "multikey", "aggregate"}
+    assert {q["task"] for q in long_qa} == {"passkey", "multikey", "aggregate", "fewshot", "vartrack"}
     with pytest.raises(DataError, match="no question split"):
         load_qa(_cfg(tmp_path, name=_numbered_text(tmp_path)), str(tmp_path))
 

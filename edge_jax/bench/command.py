@@ -7,13 +7,16 @@ BENCHMARKS = {
     "train-step": "edge_jax.bench.train_step",
     "meki-decode": "edge_jax.bench.meki_decode",
     "mla-decode": "edge_jax.bench.mla_decode",
+    "long-context": "edge_jax.bench.long_context",
 }
+DEFAULT_REPEATS = {"long-context": 1}  # --repeats when not given (5 for the others)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("name", choices=sorted(BENCHMARKS), help="which benchmark")
     parser.add_argument("--config", default="configs/lm.py:size=tiny", help="path/to/config.py[:arg] (train-step)")
-    parser.add_argument("--repeats", type=int, default=5, help="timed rounds (median reported)")
+    parser.add_argument("--repeats", type=int, default=None, help="timed rounds (median reported; default 5, "
+                        "long-context 1)")
     parser.add_argument("--steps", type=int, default=20, help="steps per timed round (train-step)")
     g = parser.add_argument_group("meki-decode", "model size (default: d_model 512, 8 layers, 8/4 heads x 64, "
                                   "d_ff 1536, vocab 32000, d_mem 64) and decoding shape")
@@ -35,10 +38,25 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--kv-lora-rank", type=int, default=None, help="MLA latent width d_c (default 512)")
     g.add_argument("--contexts", default="1024,4096,8192", help="comma-separated cache fill levels")
     g.add_argument("--decode-steps", type=int, default=4, help="decode steps per timed round")
+    g = parser.add_argument_group("long-context", "EdgeInfinite Fig. 3: TTFT and peak memory vs input length, "
+                                  "EdgeInfinite vs FullKV. Also takes --d-model, --layers, --heads, --kv-heads, "
+                                  "--head-dim, --d-ff, --vocab, --batch, --dtype, --repeats (default 1); default "
+                                  "shape: d_model 128, 2 layers, 4/2 heads x 32, d_ff 256, vocab 256")
+    g.add_argument("--lengths", default="2048,4096,8192,16384,32768,65536", help="comma-separated input lengths")
+    g.add_argument("--sink", type=int, default=300, help="EdgeInfinite sink tokens")
+    g.add_argument("--window", type=int, default=200, help="EdgeInfinite window tokens (<= --segment)")
+    g.add_argument("--segment", type=int, default=2048, help="EdgeInfinite segment length")
+    g.add_argument("--chunk", type=int, default=2048, help="FullKV prefill chunk")
+    g.add_argument("--max-fullkv-length", type=int, default=None, help="skip FullKV above this length "
+                   "(default: run it at every length; its cost is quadratic)")
+    g.add_argument("--plot", default=None, help="write a two-panel PNG (TTFT, peak memory vs length) here")
+    g.add_argument("--json", default=None, help="write the measurements as JSON here")
 
 
 def run(args, overrides) -> int:
     import importlib
     module = importlib.import_module(BENCHMARKS[args.name])
+    if args.repeats is None:
+        args.repeats = DEFAULT_REPEATS.get(args.name, 5)
     print(module.run(args, overrides))
     return 0

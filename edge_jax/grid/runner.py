@@ -144,6 +144,9 @@ def run_unit(grid: Grid, unit: Unit, out: str | Path, *,
     t0 = time.time()
     started_at = _now()
     overrides = grid.overrides(unit.cell, unit.seed, extra_overrides)
+    if grid.stages:
+        from edge_jax.grid.stages import resolve
+        overrides = resolve(overrides, grid.stages, unit.seed, Path(out).resolve().parent, train_fn, load_config)
     config = load_config(grid.base, overrides)
     donor = find_identical_run(reuse_from, _config_dict(config), grid.metric)
     if donor is not None:

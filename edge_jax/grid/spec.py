@@ -19,6 +19,8 @@ An ablation file defines `get_grid(preset: str) -> dict` with these keys:
                                list of cells the paper does not order among themselves
                                (e.g. ["best", ["rest1", "rest2"]])}
     notes            free text shown under the table
+    stages           optional shared prerequisite runs (a base checkpoint) that cells refer to as
+                     "{stage:name}" in override values; see edge_jax.grid.stages
     post             optional "module:function" called as function(grid, records, out) after
                      the table is written, for figures beyond the table (e.g. a scaling fit);
                      it returns the paths it wrote
@@ -36,11 +38,13 @@ from numbers import Real
 from pathlib import Path
 from typing import Any
 
+from edge_jax.grid.stages import check_stages
+
 REQUIRED_KEYS = ("name", "title", "base", "base_overrides", "cells", "metric",
                  "lower_is_better", "extra_metrics", "paper", "notes")
 PAPER_KEYS = ("metric", "values", "higher_is_better", "source")
 PAPER_OPTIONAL_KEYS = ("order",)
-OPTIONAL_KEYS = ("post",)
+OPTIONAL_KEYS = ("post", "stages")
 # Cell and grid names become file and directory names.
 _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.+-]*$")
 
@@ -90,6 +94,7 @@ class Grid:
     preset: str
     path: str
     post: str = ""
+    stages: dict = dataclasses.field(default_factory=dict)
 
     def overrides(self, cell: str, seed: int, extra: dict[str, Any] | None = None) -> dict:
         """base_overrides | cell overrides | {"seed": seed} | extra (later wins)."""
@@ -170,7 +175,7 @@ def validate_grid(raw: Any, *, preset: str, path: str = "<grid>") -> Grid:
         base_overrides=base_overrides, cells=cells, metric=raw["metric"],
         lower_is_better=raw["lower_is_better"], extra_metrics=tuple(extra),
         paper=_check_paper(raw["paper"], cells, fail), notes=raw["notes"],
-        preset=preset, path=path, post=post)
+        preset=preset, path=path, post=post, stages=check_stages(raw.get("stages", {}), cells, fail))
 
 
 def _check_overrides(overrides: Any, where: str, fail) -> dict[str, Any]:

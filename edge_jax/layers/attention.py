@@ -16,27 +16,15 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
+from edge_jax.layers.dot_attention import causal_mask, dot_product_attention
+from edge_jax.layers.infini import MemoryGate, segment_layout
+from edge_jax.layers.infini_attention import (
+    InfiniSpec,
+    context_attention,
+    segmented_attention,
+)
 from edge_jax.layers.norms import RMSNorm
 from edge_jax.layers.rope import apply_rope
-
-
-def causal_mask(q_pos_BT, k_pos_BS):
-    """True where query position may attend to key position."""
-    return q_pos_BT[:, :, None] >= k_pos_BS[:, None, :]
-
-
-def dot_product_attention(q_BTHK, k_BSGK, v_BSGK, mask_BTS):
-    """Softmax attention with G key/value heads shared by H/G query heads each (float32 softmax),
-    scaled by 1/sqrt(query width); values may be narrower than queries and keys (MLA)."""
-    B, T, H, K = q_BTHK.shape
-    G, Kv = k_BSGK.shape[2], v_BSGK.shape[3]
-    q_BTGRK = q_BTHK.reshape(B, T, G, H // G, K)
-    scores = jnp.einsum("btgrk,bsgk->bgrts", q_BTGRK, k_BSGK, preferred_element_type=jnp.float32)
-    scores = scores / jnp.sqrt(jnp.float32(K))
-    scores = jnp.where(mask_BTS[:, None, None], scores, jnp.finfo(jnp.float32).min)
-    probs = nn.softmax(scores, axis=-1).astype(v_BSGK.dtype)
-    out = jnp.einsum("bgrts,bsgk->btgrk", probs, v_BSGK)
-    return out.reshape(B, T, H, Kv)
 
 
 def write_cache(module: nn.Module, **new):
@@ -72,7 +60,15 @@ def dense_general(features, axes, name, std, dtype, param_dtype, in_axes=-1):
 
 
 class GQAttention(nn.Module):
-    """Projections + RoPE + optional QK-norm around :func:`dot_product_attention`."""
+    """Projections + RoPE + optional QK-norm around :func:`dot_product_attention`.
+
+    ``infini`` (EdgeInfinite) adds the memory-gating module ``memory_gate`` and, for inputs long
+    enough to compress, the segmented layout of :mod:`edge_jax.layers.infini`; shorter inputs take
+    the plain path below unchanged, so they give the base model's outputs bit for bit. ``context``
+    runs the layer against an explicit cache and memory
+    (:func:`edge_jax.layers.infini_attention.context_attention`); what a cache needs is sown into
+    the ``"intermediates"`` collection.
+    """
     n_heads: int
     n_kv_heads: int
     head_dim: int
@@ -82,9 +78,10 @@ class GQAttention(nn.Module):
     init_std: float = 0.02
     dtype: str = "float32"
     param_dtype: str = "float32"
+    infini: InfiniSpec | None = None
 
     @nn.compact
-    def __call__(self, x_BTD, positions_BT, decode: bool = False):
+    def __call__(self, x_BTD, positions_BT, decode: bool = False, context: dict | None = None):
         H, G, K, std = self.n_heads, self.n_kv_heads, self.head_dim, self.init_std
         dt, pdt = jnp.dtype(self.dtype), jnp.dtype(self.param_dtype)
         q = dense_general((H, K), ("embed", "heads", "head_dim"), "q_proj", std, dt, pdt)(x_BTD)
@@ -93,12 +90,25 @@ class GQAttention(nn.Module):
         if self.qk_norm:
             q = RMSNorm(self.norm_eps, "head_dim", self.param_dtype, name="q_norm")(q)
             k = RMSNorm(self.norm_eps, "head_dim", self.param_dtype, name="k_norm")(k)
-        q = apply_rope(q, positions_BT, self.rope_theta)
-        k = apply_rope(k, positions_BT, self.rope_theta)
-        if decode:
-            kv, mask_BTS = write_cache(self, key=k, value=v)
-            attn_BTHK = dot_product_attention(q, kv["key"], kv["value"], mask_BTS)
+        spec = self.infini
+        gate = MemoryGate(H, K, spec.hidden, spec.gate_init, std, name="memory_gate") if spec else None
+        layout = segment_layout(x_BTD.shape[1], spec.sink, spec.window, spec.segment) if spec else None
+        if context is not None:
+            attn_BTHK, extras = context_attention(q, k, v, positions_BT, context, self.rope_theta, spec, gate)
+            for name, value in extras.items():
+                self.sow("intermediates", name, value)
+        elif layout is not None and not decode:
+            attn_BTHK, state = segmented_attention(q, k, v, layout, self.rope_theta, spec, gate)
+            self.sow("intermediates", "infini_state", state)
         else:
-            attn_BTHK = dot_product_attention(q, k, v, causal_mask(positions_BT, positions_BT))
+            q = apply_rope(q, positions_BT, self.rope_theta)
+            k = apply_rope(k, positions_BT, self.rope_theta)
+            if decode:
+                kv, mask_BTS = write_cache(self, key=k, value=v)
+                attn_BTHK = dot_product_attention(q, kv["key"], kv["value"], mask_BTS)
+            else:
+                attn_BTHK = dot_product_attention(q, k, v, causal_mask(positions_BT, positions_BT))
+            if gate is not None and self.is_initializing():  # create the gate's params
+                gate(attn_BTHK, attn_BTHK, False)
         return dense_general(x_BTD.shape[-1], ("heads", "head_dim", "embed"), "o_proj", std, dt, pdt,
-                      in_axes=(-2, -1))(attn_BTHK)
+                             in_axes=(-2, -1))(attn_BTHK)

@@ -29,6 +29,7 @@ import jax.numpy as jnp
 from edge_jax.layers.attention import GQAttention
 from edge_jax.layers.engram import Engram
 from edge_jax.layers.ffn import FFN
+from edge_jax.layers.infini_attention import InfiniSpec
 from edge_jax.layers.meki import MeKi
 from edge_jax.layers.mla import MLAttention
 from edge_jax.layers.norms import RMSNorm
@@ -70,6 +71,24 @@ class ModelConfig:
     engram_heads: int = 4
     engram_table_size: int = 4099
     engram_kernel: int = 4
+    infini_hidden: int = 0
+    infini_gate_init: float = 0.0
+    infini_sink: int = 0
+    infini_window: int = 0
+    infini_segment: int = 0
+    infini_update: str = "linear"
+    infini_eps: float = 1e-6
+    infini_keep_sink: bool = True
+    infini_keep_window: bool = True
+
+    def infini_spec(self) -> InfiniSpec | None:
+        """EdgeInfinite's layer settings, or None for a model without the memory gate. The keep
+        switches (Table 2) drop the sink or window tokens by setting their count to zero."""
+        if self.infini_hidden <= 0:
+            return None
+        return InfiniSpec(self.infini_hidden, self.infini_gate_init, self.infini_sink if self.infini_keep_sink else 0,
+                          self.infini_window if self.infini_keep_window else 0, self.infini_segment,
+                          self.infini_update, self.infini_eps)
 
     @classmethod
     def from_config(cls, model_cfg) -> "ModelConfig":
@@ -101,7 +120,7 @@ class Block(nn.Module):
             return MLAttention(c.n_heads, c.head_dim, c.d_rope, c.kv_lora_rank, c.q_lora_rank, c.rope_theta,
                                c.mla_absorb, c.norm_eps, name="attn", **common)
         return GQAttention(c.n_heads, c.n_kv_heads, c.head_dim, c.rope_theta, c.qk_norm, c.norm_eps,
-                           name="attn", **common)
+                           infini=c.infini_spec(), name="attn", **common)
 
     @nn.compact
     def __call__(self, h_BTD, positions_BT, ctx, decode: bool = False):
@@ -112,7 +131,13 @@ class Block(nn.Module):
             h_BTD = h_BTD + Engram(c.vocab_size, c.engram_orders, c.engram_heads, c.engram_table_size, c.d_mem,
                                    c.engram_kernel, c.norm_eps, name="engram", **common)(h_BTD, ctx["ngram_ids"])
         x = RMSNorm(c.norm_eps, "norm", c.param_dtype, name="attn_norm")(h_BTD)
-        h_BTD = h_BTD + self._attention(common)(x, positions_BT, decode)
+        contexts = ctx.get("attn_context")
+        if contexts is None:
+            h_BTD = h_BTD + self._attention(common)(x, positions_BT, decode)
+        else:
+            if c.attention != "gqa":
+                raise ValueError("an explicit attention context (long-context inference) needs model.attention=gqa")
+            h_BTD = h_BTD + self._attention(common)(x, positions_BT, decode, contexts[self.layer])
         if meki == "parallel_attn":
             h_BTD = h_BTD + self._meki(x, ctx)
         elif meki == "after_attn":
@@ -134,10 +159,13 @@ class DecoderLM(nn.Module):
 
     @nn.compact
     def __call__(self, tokens_BT, positions_BT=None, return_hidden: bool = False, ngram_ids=None,
-                 meki_rows=None, decode: bool = False, ffn_mask_ratio=None):
+                 meki_rows=None, decode: bool = False, ffn_mask_ratio=None, attn_context=None):
         """``ngram_ids`` [B, T, N]: host-hashed Engram ids (memory=engram only). ``meki_rows``
         [B, T, L, d_mem]: folded MeKi rows gathered outside the model (e.g. from host memory).
-        ``ffn_mask_ratio``: zero the smallest fraction of every FFN's activations (sparsity analysis)."""
+        ``ffn_mask_ratio``: zero the smallest fraction of every FFN's activations (sparsity analysis).
+        ``attn_context``: one dict per layer, an explicit KV cache (and EdgeInfinite memory) for the
+        attention layers (:func:`edge_jax.layers.infini_attention.context_attention`); pass
+        ``positions_BT`` with it."""
         c = self.cfg
         if c.memory == "engram" and ngram_ids is None:
             raise ValueError("memory=engram needs ngram_ids; build them with edge_jax.models.inputs.host_inputs")
@@ -151,7 +179,7 @@ class DecoderLM(nn.Module):
         h = embed(tokens_BT)
         h = nn.with_logical_constraint(h, ("batch", "seq", "embed"))
         ctx = {"tokens": tokens_BT, "embedded": h, "meki_rows": meki_rows, "ngram_ids": ngram_ids,
-               "ffn_mask_ratio": ffn_mask_ratio}
+               "ffn_mask_ratio": ffn_mask_ratio, "attn_context": attn_context}
         if c.memory == "ple":
             ctx["ple"] = PLEInputs(c.vocab_size, c.n_layers, c.d_mem, c.norm_eps, init_std=c.init_std, dtype=c.dtype,
                                    param_dtype=c.param_dtype, name="ple_inputs")(tokens_BT, h)

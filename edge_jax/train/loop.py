@@ -11,13 +11,15 @@ import jax
 import numpy as np
 
 from edge_jax.atomic import write_json_atomic
-from edge_jax.config import flatten
+from edge_jax.config import base_config, flatten
 from edge_jax.data import load_qa, make_eval_batches, make_train_iter
 from edge_jax.models.generate import answer_nll, exact_match
 from edge_jax.models.inputs import host_inputs, with_host_inputs
 from edge_jax.sharding import batch_sharding, maybe_initialize_distributed
 from edge_jax.train.checkpoint import Checkpointer
+from edge_jax.train.init_from import check_same_tokenizer, merge_params, restore_params
 from edge_jax.train.metrics import MetricsWriter, read_jsonl
+from edge_jax.train.optim import trained_count
 from edge_jax.train.setup import build, check_tokenizer
 from edge_jax.train.state import abstract_train_state, create_train_state
 from edge_jax.train.step import make_eval_step, make_train_step
@@ -50,7 +52,9 @@ def evaluate(eval_step, params, batches, sharding) -> dict:
 
 
 RESUMABLE_CHANGES = ("train.steps", "train.log_every", "train.eval_every", "train.eval_batches",
-                     "train.ckpt_every", "train.keep_ckpts", "train.qa_questions", "train.sparsity_batches", "data.data_dir", "mesh.data", "mesh.fsdp", "mesh.tensor")
+                     "train.ckpt_every", "train.keep_ckpts", "train.qa_questions", "train.sparsity_batches",
+                     "data.data_dir", "mesh.data", "mesh.fsdp", "mesh.tensor",
+                     "longctx.method", "longctx.lengths", "longctx.examples", "longctx.tasks")
 
 
 def save_config(config, workdir: str) -> None:
@@ -60,6 +64,8 @@ def save_config(config, workdir: str) -> None:
         with open(path) as f:
             old = flatten(json.load(f))
         new = flatten(json.loads(json.dumps(config.to_dict())))  # tuples read back as lists
+        # keys added to the schema after that run count as their defaults
+        old = {**flatten(json.loads(json.dumps(base_config().to_dict()))), **old}
         changed = sorted(k for k in set(old) | set(new) if old.get(k) != new.get(k) and k not in RESUMABLE_CHANGES)
         if changed:
             raise TrainingError(f"workdir {workdir} holds a run with different {', '.join(changed[:4])}"
@@ -87,6 +93,12 @@ def train_and_evaluate(config, workdir: str, devices=None) -> dict:
         train_iter.set_state(data_state)
     else:
         state = create_train_state(run.model, run.tx, run.mesh, cfg.seed)[0]
+        if cfg.init_from:
+            state = state.replace(params=params_from(cfg.init_from, state.params, run.tokenizer))
+    trained, total = trained_count(state.params, t.trainable)
+    if lead:
+        print(f"training {trained:,} of {total:,} weights ({100 * trained / total:.2f}%"
+              f"{'; EdgeInfinite trains 0.15%' if t.trainable == 'memory_gate' else ''})", flush=True)
     train_step = jax.jit(make_train_step(t.grad_accum, run.schedule), donate_argnums=0,
                          in_shardings=(shardings, data_sharding), out_shardings=(shardings, None))
     eval_step = jax.jit(make_eval_step(run.model.apply), in_shardings=(shardings.params, data_sharding))
@@ -129,6 +141,10 @@ def train_and_evaluate(config, workdir: str, devices=None) -> dict:
                       step_time_s=timed_s / timed_steps if timed_steps else float("nan"))
         if t.qa_questions:
             result.update(question_answering(run, state.params, t.qa_questions))
+        result.update(trained_params=trained, trained_fraction=trained / total)
+        if cfg.longctx.method:
+            from edge_jax.analysis.longctx_eval import evaluate_longctx
+            result.update(evaluate_longctx(run.model, state.params, run.tokenizer, cfg))
         if t.sparsity_batches:
             result.update(activation_sparsity(run, state.params, eval_batches[:t.sparsity_batches], workdir, lead))
     finally:
@@ -137,6 +153,12 @@ def train_and_evaluate(config, workdir: str, devices=None) -> dict:
     if lead:
         write_json_atomic(os.path.join(workdir, "final_metrics.json"), result)
     return result
+
+
+def params_from(workdir: str, params, tokenizer):
+    """``params`` with every param of ``workdir``'s latest checkpoint copied in (see init_from)."""
+    check_same_tokenizer(workdir, tokenizer.name)
+    return merge_params(params, restore_params(workdir)[0], workdir)
 
 
 def model_eval_batches(run, split: str, num_batches: int) -> list[dict]:

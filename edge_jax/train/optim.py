@@ -8,6 +8,8 @@ All schedules warm up linearly from 0 to ``lr`` over ``warmup_steps``.
 """
 from __future__ import annotations
 
+import functools
+
 import jax
 import jax.numpy as jnp
 import optax
@@ -37,13 +39,49 @@ def make_schedule(t) -> optax.Schedule:
 
 
 def make_optimizer(t) -> tuple[optax.GradientTransformation, optax.Schedule]:
-    """AdamW with global-norm clipping; weight decay skips 1-D params (norm scales)."""
+    """AdamW with global-norm clipping; weight decay skips 1-D params (norm scales).
+
+    ``train.trainable=memory_gate`` zeroes the updates of everything but EdgeInfinite's memory-gating
+    modules (and leaves them out of the clipping norm); the gate logits ``g`` take ``train.gate_lr``
+    (when set) on the same schedule shape, without weight decay."""
     schedule = make_schedule(t)
+    clip = optax.clip_by_global_norm(t.clip_norm) if t.clip_norm > 0 else optax.identity()
+
+    def adamw(sched, decay):
+        return optax.adamw(sched, b1=t.b1, b2=t.b2, eps=t.eps, weight_decay=decay, mask=_matrices_only)
+
+    if t.trainable == "all" and not t.gate_lr:
+        return optax.chain(clip, adamw(schedule, t.weight_decay)), schedule
+    scale = (t.gate_lr / t.lr) if t.gate_lr else 1.0
+    labels = functools.partial(param_labels, trainable=t.trainable)
+    frozen = lambda params: jax.tree_util.tree_map(lambda x: x == "frozen", labels(params))  # noqa: E731
     tx = optax.chain(
-        optax.clip_by_global_norm(t.clip_norm) if t.clip_norm > 0 else optax.identity(),
-        optax.adamw(schedule, b1=t.b1, b2=t.b2, eps=t.eps, weight_decay=t.weight_decay, mask=_matrices_only),
+        optax.masked(optax.set_to_zero(), frozen),
+        clip,
+        optax.multi_transform({"train": adamw(schedule, t.weight_decay),
+                               "gate": adamw(lambda step: scale * schedule(step), 0.0),
+                               "frozen": optax.set_to_zero()}, labels),
     )
     return tx, schedule
+
+
+def param_labels(params, trainable: str = "all"):
+    """``"gate"`` for EdgeInfinite's gate logits, ``"train"`` for the other trained params,
+    ``"frozen"`` for the base model under ``trainable=memory_gate``."""
+    def label(path, _):
+        names = [str(getattr(k, "key", getattr(k, "name", k))) for k in path]
+        if "memory_gate" in names:
+            return "gate" if "g" in names else "train"
+        return "frozen" if trainable == "memory_gate" else "train"
+
+    return jax.tree_util.tree_map_with_path(label, params)
+
+
+def trained_count(params, trainable: str = "all") -> tuple[int, int]:
+    """``(trained, total)`` parameter counts under ``trainable``."""
+    sizes = jax.tree_util.tree_leaves(jax.tree_util.tree_map(lambda p: int(p.size), params))
+    kinds = jax.tree_util.tree_leaves(param_labels(params, trainable))
+    return sum(n for n, k in zip(sizes, kinds) if k != "frozen"), sum(sizes)
 
 
 def _matrices_only(params):

@@ -1,0 +1,18 @@
+"""EdgeInfinite Table 2: without window tokens, without sink tokens, without both.
+
+    edge-jax grid ablations/edgeinfinite_tokens.py --preset tiny --seeds 2
+
+One trained gate per seed (the shared stage); the cells switch the tokens off at inference only
+(model.infini_keep_window / infini_keep_sink). "full" is the edgeinfinite cell of edgeinfinite_main.
+"""
+from edge_jax.grid.edgeinfinite import TABLE2, edgeinfinite_cell, grid
+
+
+def get_grid(preset: str) -> dict:
+    cells = {"full": edgeinfinite_cell(), "no_window": edgeinfinite_cell(infini_keep_window=False),
+             "no_sink": edgeinfinite_cell(infini_keep_sink=False),
+             "no_both": edgeinfinite_cell(infini_keep_window=False, infini_keep_sink=False)}
+    return grid(preset, "edgeinfinite_tokens", "EdgeInfinite Table 2: sink and window tokens", cells, TABLE2,
+                "EdgeInfinite Table 2 (Avg)",
+                "Without window tokens only the newest token stays after a compression; without sink tokens "
+                "the first segment starts at token 0 and nothing precedes a segment.")

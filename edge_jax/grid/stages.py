@@ -1,0 +1,100 @@
+"""Shared prerequisite runs of a grid ("stages"): e.g. EdgeInfinite's base LM and its trained gate.
+
+A grid may declare ``"stages": {name: {"base": config spec, "overrides": {...}, "shared": bool}}``
+and cells (or later stages) refer to a stage's workdir as the string ``"{stage:name}"`` in an override
+value (usually ``init_from``). Before a unit runs, each stage it refers to is trained, once, in
+
+    <parent of OUT>/_stages/<name>-<hash of its full config>/seed<s>/
+
+(``seed`` 0 for a ``shared`` stage, the unit's seed otherwise), so every grid beside OUT that needs
+the same run finds it there. ``--set`` overrides of the grid command do not reach stages. A stage is done when its ``final_metrics.json`` exists; an unfinished
+one resumes from its checkpoints. An exclusive lock per stage workdir keeps parallel grid processes
+(``--cell K`` in several shells) from training it twice.
+"""
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import hashlib
+import json
+import re
+from pathlib import Path
+from typing import Any, Callable
+
+_REF = re.compile(r"\{stage:([A-Za-z0-9_]+)\}")
+STAGE_KEYS = ("base", "overrides", "shared")
+HASH_IGNORED = ("data.data_dir", "train.ckpt_every", "train.keep_ckpts", "train.log_every")
+
+
+def check_stages(stages: Any, cells: dict, fail) -> dict:
+    """Validate the ``stages`` entry of a grid (every reference names a stage declared earlier)."""
+    if not isinstance(stages, dict):
+        raise fail("'stages' must be a dict of stage name -> {base, overrides, shared}")
+    seen: list[str] = []
+    for name, stage in stages.items():
+        if not isinstance(stage, dict) or set(stage) - set(STAGE_KEYS) or "base" not in stage:
+            raise fail(f"stage {name!r} must be a dict with 'base' and optional 'overrides', 'shared'")
+        for ref in references(stage.get("overrides", {})):
+            if ref not in seen:
+                raise fail(f"stage {name!r} refers to {{stage:{ref}}}, which is not declared before it")
+        seen.append(name)
+    for cell, overrides in cells.items():
+        for ref in references(overrides):
+            if ref not in stages:
+                raise fail(f"cell {cell!r} refers to {{stage:{ref}}}; declared stages: {', '.join(stages) or 'none'}")
+    return dict(stages)
+
+
+def references(overrides: dict) -> list[str]:
+    return [m for v in overrides.values() if isinstance(v, str) for m in _REF.findall(v)]
+
+
+def stage_dir(root: Path, name: str, config) -> Path:
+    from edge_jax.config import flatten
+    flat = {k: v for k, v in flatten(json.loads(json.dumps(config.to_dict(), default=str))).items()
+            if k not in HASH_IGNORED and k != "seed"}
+    digest = hashlib.sha1(json.dumps(flat, sort_keys=True).encode()).hexdigest()[:10]
+    return root / "_stages" / f"{name}-{digest}"
+
+
+def resolve(overrides: dict, stages: dict, seed: int, root: Path, train_fn: Callable, load_config: Callable,
+            log: Callable[[str], None] = print) -> dict:
+    """``overrides`` with every ``{stage:name}`` replaced by that stage's trained workdir."""
+    out = {}
+    for key, value in overrides.items():
+        if isinstance(value, str):
+            for name in set(_REF.findall(value)):
+                value = value.replace(f"{{stage:{name}}}",
+                                      str(ensure(name, stages, seed, root, train_fn, load_config, log)))
+        out[key] = value
+    return out
+
+
+def ensure(name: str, stages: dict, seed: int, root: Path, train_fn: Callable, load_config: Callable,
+           log: Callable[[str], None] = print) -> Path:
+    """Train stage ``name`` for ``seed`` unless done; return its workdir."""
+    stage = stages[name]
+    s = 0 if stage.get("shared") else seed
+    overrides = resolve(dict(stage.get("overrides", {})), stages, seed, root, train_fn, load_config, log)
+    config = load_config(stage["base"], {**overrides, "seed": s})
+    wd = stage_dir(root, name, config) / f"seed{s}"
+    with contextlib.suppress(ValueError):  # a path relative to the working directory when below it
+        wd = wd.relative_to(Path.cwd())
+    if (wd / "final_metrics.json").exists():
+        return wd
+    wd.mkdir(parents=True, exist_ok=True)
+    with _locked(wd.parent / f"seed{s}.lock"):
+        if not (wd / "final_metrics.json").exists():
+            log(f"stage {name} seed {s}: training in {wd}")
+            train_fn(config, str(wd))
+    return wd
+
+
+@contextlib.contextmanager
+def _locked(path: Path):
+    with open(path, "w") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)

@@ -1,0 +1,182 @@
+"""KV-cache baselines in the same harness as EdgeInfinite: FullKV, StreamingLLM, SnapKV, PyramidKV.
+
+All of them hold at most ``budget`` prompt tokens per layer after prefill (FullKV: all of them) and
+append the generated tokens after those (``extra`` slots).
+
+- FullKV: prefill in chunks of ``chunk`` tokens at their own positions; the whole prompt stays.
+- SnapKV: FullKV's prefill; the last ``obs_window`` prompt queries vote (attention summed over them
+  and over each group's query heads, pooled with ``kernel``) for the earlier slots; each KV head keeps
+  its top ``budget - obs_window`` and the observation window. Positions stay the original ones.
+- PyramidKV: SnapKV's selection with per-layer budgets falling with depth (same average).
+- StreamingLLM: the prompt streams through a cache of ``sink`` first tokens and the most recent
+  ones, in chunks of ``(budget - sink) // 2``; after each chunk only sink + recent stay, and positions
+  are re-assigned inside the cache (slot i is read at position i), so no position exceeds the cache.
+
+Each session has ``prefill(tokens_BT)`` and ``step(token_B1)`` returning the last logits [B, V].
+"""
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from edge_jax.infer.kv_select import (
+    gather_kv,
+    gather_per_group,
+    pyramid_budgets,
+    snapkv_indices,
+)
+from edge_jax.infer.kv_state import empty_caches, run_chunk, write
+
+METHODS = ("fullkv", "streamingllm", "snapkv", "pyramidkv")
+_select = jax.jit(snapkv_indices, static_argnames=("budget", "window", "kernel", "kind"))
+
+
+class CacheSession:
+    """Decoding after a prefill: each layer appends at its own next free slot."""
+
+    def __init__(self, model, params, probe=None):
+        self.model, self.params, self.cfg = model, params, model.cfg
+        self.probe = probe  # a kv_state.PeakProbe to account the memory of every chunk step
+
+    def _run(self, tokens_BT, pos_BT, real=None, votes: int = 0, slots: int | None = None):
+        """One chunk after the first ``slots`` cache slots (default all)."""
+        T = tokens_BT.shape[1]
+        caches = self.caches if slots is None else [
+            {"k": c["k"][:, :slots], "v": c["v"][:, :slots], "pos": c["pos"][..., :slots],
+             "valid": c["valid"][..., :slots]} for c in self.caches]
+        args = (self.model, self.params, jnp.asarray(tokens_BT, jnp.int32), jnp.asarray(pos_BT, jnp.int32), caches)
+        kwargs = dict(votes=votes, real=T if real is None else real)
+        if self.probe is not None:
+            self.probe(*args, **kwargs)
+        return run_chunk(*args, **kwargs)
+
+    def _store(self, extras, pos_BT, count: int, T: int):
+        self.caches = [write(c, e["k"], e["v"], jnp.asarray(pos_BT, jnp.int32), n, count)
+                       for c, e, n in zip(self.caches, extras, self.next_slot)]
+        self.next_slot = [n + count for n in self.next_slot]
+
+    def _prefill_full(self, tokens_BT, capacity: int, chunk: int, votes: int = 0):
+        """Chunked full-attention prefill; the first chunk is the short one, so the last is whole.
+        Returns the last logits and, with ``votes``, per-layer slot votes [B, G, capacity]."""
+        B, L = tokens_BT.shape
+        self.caches = empty_caches(self.cfg, B, capacity)
+        self.next_slot = [0] * self.cfg.n_layers
+        sizes = ([L % chunk] if L % chunk else []) + [chunk] * (L // chunk)
+        start, logits, extras = 0, None, None
+        for size in sizes:
+            piece = np.zeros((B, chunk), np.int32)
+            piece[:, :size] = tokens_BT[:, start:start + size]
+            pos = np.broadcast_to(start + np.arange(chunk), (B, chunk))
+            last = start + size == L
+            slots = min(capacity, -(-start // chunk) * chunk)  # the filled slots, in few distinct sizes
+            logits, extras = self._run(piece, pos, real=size, votes=votes if last else 0, slots=slots)
+            self._store(extras, pos, size, chunk)
+            start += size
+        slot_votes = None
+        if votes:  # the last chunk's votes over [its prefix slots, its own tokens] -> cache slots
+            slot_votes = [jax.lax.dynamic_update_slice(jnp.zeros(e["votes"].shape[:2] + (capacity,), e["votes"].dtype),
+                                                       e["votes"][:, :, :slots], (0, 0, 0)) +
+                          jax.lax.dynamic_update_slice(jnp.zeros(e["votes"].shape[:2] + (capacity,), e["votes"].dtype),
+                                                       e["votes"][:, :, slots:], (0, 0, L - sizes[-1]))
+                          for e in extras]
+        return logits[:, sizes[-1] - 1], slot_votes
+
+    def step(self, token_B1):
+        token_B1 = np.asarray(token_B1, np.int32).reshape(-1, 1)
+        pos = np.full_like(token_B1, self.position)
+        logits, extras = self._run(token_B1, pos)
+        self._store(extras, pos, 1, 1)
+        self.position += 1
+        return logits[:, 0]
+
+
+class FullKVSession(CacheSession):
+    def __init__(self, model, params, chunk: int, extra: int, probe=None):
+        super().__init__(model, params, probe)
+        self.chunk, self.extra = chunk, extra
+
+    def prefill(self, tokens_BT):
+        tokens_BT = np.asarray(tokens_BT, np.int32)
+        L = tokens_BT.shape[1]
+        capacity = -(-(L + self.extra) // self.chunk) * self.chunk + self.chunk  # few distinct shapes
+        logits, _ = self._prefill_full(tokens_BT, capacity, self.chunk)
+        self.position = L
+        return logits
+
+
+class SnapKVSession(CacheSession):
+    """SnapKV (``pyramid=False``) or PyramidKV (``pyramid=True``)."""
+
+    def __init__(self, model, params, chunk: int, extra: int, budget: int, obs_window: int, kernel: int,
+                 pyramid: bool = False, beta: float = 20.0, probe=None):
+        super().__init__(model, params, probe)
+        self.chunk, self.extra, self.obs_window, self.kernel = chunk, extra, obs_window, kernel
+        n = model.cfg.n_layers
+        self.budgets = pyramid_budgets(n, budget, obs_window, beta) if pyramid else [budget] * n
+
+    def prefill(self, tokens_BT):
+        tokens_BT = np.asarray(tokens_BT, np.int32)
+        B, L = tokens_BT.shape
+        capacity = -(-L // self.chunk) * self.chunk + self.chunk
+        logits, votes = self._prefill_full(tokens_BT, capacity, self.chunk, votes=self.obs_window)
+        valid_BS = jnp.broadcast_to(jnp.arange(capacity) < L, (B, capacity))
+        caches, slots = [], []
+        for cache, vote, budget in zip(self.caches, votes, self.budgets):
+            idx, keep = _select(vote, valid_BS, budget=budget, window=self.obs_window, kernel=self.kernel)
+            pad = lambda x, axis: jnp.concatenate(  # noqa: E731 - room for the generated tokens
+                [x, jnp.zeros(x.shape[:axis] + (self.extra,) + x.shape[axis + 1:], x.dtype)], axis=axis)
+            caches.append({"k": pad(gather_kv(cache["k"], idx), 1), "v": pad(gather_kv(cache["v"], idx), 1),
+                           "pos": pad(gather_per_group(cache["pos"], idx), 2),
+                           "valid": pad(keep & gather_per_group(cache["valid"], idx), 2)})
+            slots.append(budget)
+        self.caches, self.next_slot, self.position = caches, slots, L
+        return logits
+
+
+class StreamingSession(CacheSession):
+    def __init__(self, model, params, budget: int, sink: int, extra: int, probe=None):
+        super().__init__(model, params, probe)
+        self.budget, self.sink = budget, sink
+        self.chunk = max(1, (budget - sink) // 2)
+        self.capacity = budget + max(self.chunk, extra)
+
+    def _evict(self):
+        """Keep the sink and the most recent tokens; re-assign positions to slots."""
+        n = self.next_slot[0]
+        if n <= self.budget:
+            return
+        recent = self.budget - self.sink
+        idx = np.concatenate([np.arange(self.sink), np.arange(n - recent, n)])
+        slots = jnp.asarray(idx)
+        self.caches = [{"k": jnp.zeros_like(c["k"]).at[:, :self.budget].set(c["k"][:, slots]),
+                        "v": jnp.zeros_like(c["v"]).at[:, :self.budget].set(c["v"][:, slots]),
+                        "pos": jnp.broadcast_to(jnp.arange(c["pos"].shape[-1], dtype=jnp.int32), c["pos"].shape),
+                        "valid": jnp.broadcast_to(jnp.arange(c["valid"].shape[-1]) < self.budget, c["valid"].shape)}
+                       for c in self.caches]
+        self.next_slot = [self.budget] * self.cfg.n_layers
+
+    def prefill(self, tokens_BT):
+        tokens_BT = np.asarray(tokens_BT, np.int32)
+        B, L = tokens_BT.shape
+        self.caches = empty_caches(self.cfg, B, self.capacity)
+        self.next_slot = [0] * self.cfg.n_layers
+        logits, last = None, 0
+        for start in range(0, L, self.chunk):
+            size = min(self.chunk, L - start)
+            piece = np.zeros((B, self.chunk), np.int32)
+            piece[:, :size] = tokens_BT[:, start:start + size]
+            n = self.next_slot[0]
+            pos = np.broadcast_to(n + np.arange(self.chunk), (B, self.chunk))
+            logits, extras = self._run(piece, pos, real=size)
+            self._store(extras, pos, size, self.chunk)
+            last = size
+            self._evict()
+        self.position = self.next_slot[0]
+        return logits[:, last - 1]
+
+    def step(self, token_B1):
+        if self.next_slot[0] >= self.capacity:
+            self._evict()
+        self.position = self.next_slot[0]
+        return super().step(token_B1)

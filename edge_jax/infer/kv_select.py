@@ -1,0 +1,209 @@
+"""KV-cache slot selection for the eviction baselines: SnapKV, PyramidKV budgets and StreamingLLM.
+
+After a full prefill every attention layer holds S prompt slots per KV head group g (GQA: G key/value
+heads, each shared by H/G query heads). These functions choose which slots to keep under a budget.
+They are pure and traceable: call them inside a jitted step, or jit them with the int/str arguments
+static (``jax.jit(snapkv_indices, static_argnames=("budget", "window", "kernel", "kind"))``). Shapes
+are static; a row that has fewer real slots than the budget gets padding entries, which point at
+slot 0 and are marked False in the returned validity mask (``keep_valid_BGN`` / ``valid_BN``).
+
+* SnapKV (Li et al., 2024): the attention of the last ``window`` prompt queries (the observation
+  window), summed over those queries and the query heads of a group, votes for the earlier slots;
+  the votes are pooled along S (max or avg, odd kernel) and the top ``budget - window`` earlier slots
+  are kept together with the window itself (:func:`snapkv_indices`).
+* PyramidKV (Cai et al., 2024): the same selection with per-layer budgets falling linearly with
+  depth (:func:`pyramid_budgets`).
+* StreamingLLM (Xiao et al., 2023): the first ``sink`` and the last ``recent`` slots
+  (:func:`streaming_indices`).
+
+:func:`gather_kv` and :func:`gather_per_group` apply the returned indices to [B, S, G, K] caches and
+[B, G, S] per-slot arrays (e.g. positions).
+"""
+from __future__ import annotations
+
+from fractions import Fraction
+
+import jax
+import jax.numpy as jnp
+
+POOL_KINDS = ("max", "avg")
+
+
+def _check_pool(kernel: int, kind: str) -> None:
+    if not isinstance(kernel, int) or kernel <= 0 or kernel % 2 == 0:
+        raise ValueError(f"pooling kernel must be a positive odd int (got {kernel!r}); use e.g. kernel=7")
+    if kind not in POOL_KINDS:
+        raise ValueError(f"unknown pooling kind {kind!r}; use kind='max' or kind='avg'")
+
+
+def _shifted(x, kernel: int, fill):
+    """The ``kernel`` views x[..., s - r + i] (i = 0..kernel-1, r = kernel // 2) padded with ``fill``."""
+    r = kernel // 2
+    S = x.shape[-1]
+    xp = jnp.pad(x, [(0, 0)] * (x.ndim - 1) + [(r, r)], constant_values=fill)
+    return [jax.lax.slice_in_dim(xp, i, i + S, axis=-1) for i in range(kernel)]
+
+
+def pool_votes(votes_BGS, kernel: int, kind: str = "max", mask=None):
+    """1-D pooling of ``votes_BGS`` along its last axis (S): odd ``kernel``, stride 1, 'same' length.
+
+    Slot s pools the entries s - kernel//2 .. s + kernel//2 that exist and, when ``mask`` (bool,
+    broadcastable to the votes) is given, are in the mask. The edges are padded so that padding
+    never counts: max-pooling pads with -inf (ignored by the max) and avg-pooling averages only over
+    the real entries (sum of the real entries / their count, not / kernel). Masked-out entries are
+    treated exactly like padding, and the output there is 0.
+
+    ``kind`` is "max" or "avg". Returns the votes' dtype (avg accumulates in float32); kernel 1
+    returns the input unchanged (zeroed outside ``mask``). Any leading dims are allowed.
+    """
+    _check_pool(kernel, kind)
+    if mask is not None:
+        mask = jnp.broadcast_to(mask, votes_BGS.shape)
+    if kernel == 1:
+        return votes_BGS if mask is None else jnp.where(mask, votes_BGS, jnp.zeros((), votes_BGS.dtype))
+    if kind == "max":
+        x = votes_BGS if mask is None else jnp.where(mask, votes_BGS, -jnp.inf).astype(votes_BGS.dtype)
+        out = jnp.stack(_shifted(x, kernel, -jnp.inf)).max(axis=0)
+    else:
+        m = jnp.ones(votes_BGS.shape, jnp.float32) if mask is None else mask.astype(jnp.float32)
+        x = votes_BGS.astype(jnp.float32) * m
+        total = sum(_shifted(x, kernel, 0.0))
+        count = sum(_shifted(m, kernel, 0.0))
+        out = total / jnp.maximum(count, 1.0)
+    out = out.astype(votes_BGS.dtype)
+    return out if mask is None else jnp.where(mask, out, jnp.zeros((), out.dtype))
+
+
+def last_valid_mask(valid_BS, window: int):
+    """True at the last ``window`` True slots of each row of ``valid_BS`` (all of them if fewer)."""
+    from_end_BS = jnp.cumsum(valid_BS[:, ::-1].astype(jnp.int32), axis=-1)[:, ::-1]
+    return valid_BS & (from_end_BS <= window)
+
+
+def snapkv_indices(votes_BGS, valid_BS, budget: int, window: int, kernel: int = 7, kind: str = "max"):
+    """SnapKV's kept slots: the observation window plus the top ``budget - window`` pooled-vote slots.
+
+    ``votes_BGS``: float (float32 or bfloat16) attention probabilities from the last ``window``
+    prompt queries to every slot, summed over those queries and the query heads of group g.
+    ``valid_BS``: bool, the real prompt slots (normally a prefix 0..n_b-1; None = all S slots).
+
+    Per (b, g): the last ``window`` valid slots are always kept; the earlier valid slots (the
+    candidates) are pooled with :func:`pool_votes` (``kernel``, ``kind``; neighbours outside the
+    candidates count as padding), in float32, and the top ``budget - window`` by pooled vote are kept,
+    ties broken by the lower slot index. Invalid slots are never kept.
+
+    Returns ``(idx_BGN, keep_valid_BGN)`` with N = ``budget``: int32 slot indices, the real ones
+    sorted ascending and unique, first; ``keep_valid_BGN`` (bool) marks them. A row with
+    n_b <= budget valid slots keeps all of them; its remaining budget - n_b entries point at slot 0
+    and are False. ValueError if budget <= 0 or window is not in 0..budget.
+    """
+    if not isinstance(budget, int) or budget <= 0:
+        raise ValueError(f"SnapKV budget must be a positive int (got {budget!r}); pass budget >= 1")
+    if not isinstance(window, int) or not 0 <= window <= budget:
+        raise ValueError(f"SnapKV window must be in 0..budget={budget} (got {window!r}); lower window or raise budget")
+    _check_pool(kernel, kind)
+    B, G, S = votes_BGS.shape
+    if valid_BS is None:
+        valid_BS = jnp.ones((B, S), bool)
+    valid_BS = valid_BS.astype(bool)
+    votes = votes_BGS.astype(jnp.float32)
+    Sp = max(S, budget)  # pad so that every top_k below asks for at most Sp entries
+    if Sp > S:
+        votes = jnp.pad(votes, [(0, 0), (0, 0), (0, Sp - S)])
+        valid_BS = jnp.pad(valid_BS, [(0, 0), (0, Sp - S)])
+    slots = jnp.arange(Sp, dtype=jnp.int32)
+    parts_idx, parts_ok = [], []
+    win_BS = last_valid_mask(valid_BS, window)
+    if window > 0:
+        last_BW = jax.lax.top_k(jnp.where(valid_BS, slots, -1), window)[0]  # largest valid indices
+        parts_idx.append(jnp.broadcast_to(last_BW[:, None], (B, G, window)))
+        parts_ok.append(jnp.broadcast_to(last_BW[:, None] >= 0, (B, G, window)))
+    k = budget - window
+    if k > 0:
+        cand_B1S = (valid_BS & ~win_BS)[:, None, :]
+        pooled = pool_votes(votes, kernel, kind, mask=cand_B1S)
+        score_BGS = jnp.where(cand_B1S, pooled, -jnp.inf)
+        val_BGk, idx_BGk = jax.lax.top_k(score_BGS, k)  # equal scores: lower index first
+        parts_idx.append(idx_BGk.astype(jnp.int32))
+        parts_ok.append(val_BGk > -jnp.inf)
+    idx_BGN = jnp.concatenate(parts_idx, axis=-1)
+    ok_BGN = jnp.concatenate(parts_ok, axis=-1)
+    key_BGN = jnp.sort(jnp.where(ok_BGN, idx_BGN, Sp + jnp.arange(budget, dtype=jnp.int32)), axis=-1)
+    keep_valid_BGN = key_BGN < Sp
+    return jnp.where(keep_valid_BGN, key_BGN, 0), keep_valid_BGN
+
+
+def pyramid_budgets(n_layers: int, avg_budget: int, window: int, beta: float = 20.0) -> list[int]:
+    """PyramidKV per-layer budgets (layer 0 = bottom gets the most), summing to n_layers * avg_budget.
+
+    With k = avg_budget - window non-window slots per layer on average, the top layer gets
+    k_top = k / beta, the bottom k_0 = 2k - k_top, and layer l the linear interpolation
+    k_0 - (k_0 - k_top) * l / (L - 1) (exact fractions). These are floored and the remainder goes
+    +1 to the bottom layers, then any layer below one non-window slot is raised to one, taken from the
+    largest layers; every layer then gets ``window`` on top. The result is non-increasing with depth
+    and every entry is >= window + 1; beta = 1 is uniform. n_layers == 1 returns [avg_budget].
+    ValueError for n_layers < 1, window < 0, avg_budget <= window or beta < 1.
+    """
+    if not isinstance(n_layers, int) or n_layers < 1:
+        raise ValueError(f"n_layers must be a positive int (got {n_layers!r}); pass n_layers >= 1")
+    if window < 0 or avg_budget <= window:
+        raise ValueError(f"PyramidKV needs 0 <= window < avg_budget (got window={window}, "
+                         f"avg_budget={avg_budget}); raise avg_budget or lower window")
+    if not beta >= 1:
+        raise ValueError(f"PyramidKV beta must be >= 1 (got {beta}); beta=1 gives uniform budgets")
+    if n_layers == 1:
+        return [avg_budget]
+    L, k = n_layers, avg_budget - window
+    k_top = Fraction(k) / Fraction(beta)
+    k_0 = 2 * k - k_top
+    exact = [k_0 - (k_0 - k_top) * Fraction(l, L - 1) for l in range(L)]
+    ks = [int(x) for x in exact]  # floor: every term is >= 0
+    for l in range(L * k - sum(ks)):  # the remainder (< L) to the bottom layers
+        ks[l] += 1
+    while min(ks) < 1:  # zeros form a suffix: raise the first; take from the last of the largest
+        ks[ks.index(0)] += 1
+        ks[max(i for i in range(L) if ks[i] == max(ks))] -= 1
+    return [kl + window for kl in ks]
+
+
+def gather_kv(x_BSGK, idx_BGN):
+    """Per-group slot gather: ``out[b, n, g, ...] = x[b, idx[b, g, n], g, ...]``.
+
+    ``x_BSGK`` [B, S, G, K] (any trailing dims after G), ``idx_BGN`` int [B, G, N]; returns
+    [B, N, G, K] in x's dtype. For indices shared by all groups (StreamingLLM's ``idx_BN``) pass
+    ``jnp.broadcast_to(idx_BN[:, None], (B, G, N))``.
+    """
+    idx_BNG = jnp.swapaxes(idx_BGN, 1, 2)
+    idx = idx_BNG.reshape(idx_BNG.shape + (1,) * (x_BSGK.ndim - 3))
+    return jnp.take_along_axis(x_BSGK, idx, axis=1)
+
+
+def gather_per_group(x_BGS, idx_BGN):
+    """Per-group gather of a per-slot array: ``out[b, g, n] = x[b, g, idx[b, g, n]]`` -> [B, G, N].
+
+    ``x_BGS`` may also be [B, S] (shared by all groups, e.g. positions); it is broadcast to G.
+    """
+    if x_BGS.ndim == 2:
+        x_BGS = jnp.broadcast_to(x_BGS[:, None], (x_BGS.shape[0], idx_BGN.shape[1], x_BGS.shape[1]))
+    return jnp.take_along_axis(x_BGS, idx_BGN, axis=2)
+
+
+def streaming_indices(n_valid_B, sink: int, recent: int, S: int):
+    """StreamingLLM's kept slots: the first ``sink`` and the last ``recent`` of n_b valid slots 0..n_b-1.
+
+    Returns ``(idx_BN, valid_BN)`` with N = sink + recent: int32 indices ascending and unique where
+    valid. A row with n_b <= N keeps all its n_b slots (entries 0..n_b-1), the rest point at slot 0
+    and are False. ``n_valid_B`` (int [B]) is clipped to 0..S. ValueError for negative sink/recent
+    or sink + recent == 0.
+    """
+    if sink < 0 or recent < 0 or sink + recent == 0:
+        raise ValueError(f"StreamingLLM needs sink >= 0, recent >= 0 and sink + recent > 0 "
+                         f"(got sink={sink}, recent={recent}); raise sink or recent")
+    N = sink + recent
+    n_B1 = jnp.clip(jnp.asarray(n_valid_B, jnp.int32), 0, S)[:, None]
+    j_1N = jnp.arange(N, dtype=jnp.int32)[None, :]
+    full_BN = jnp.where(j_1N < sink, j_1N, n_B1 - N + j_1N)  # n_b > N: sink head, then recent tail
+    short_BN = n_B1 <= N
+    idx_BN = jnp.where(short_BN, j_1N, full_BN)
+    valid_BN = jnp.where(short_BN, j_1N < n_B1, True)
+    return jnp.where(valid_BN, idx_BN, 0), valid_BN

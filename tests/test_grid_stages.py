@@ -1,0 +1,55 @@
+"""Grid stages: a shared base is trained once and its workdir substituted into the cells."""
+import json
+
+import ml_collections
+import pytest
+
+from edge_jax.grid import runner, spec, stages
+
+
+def _load(base, overrides):
+    c = ml_collections.ConfigDict({"seed": 0, "init_from": "", "stage": base, "train": {"steps": 1}})
+    for k, v in overrides.items():
+        *parents, leaf = k.split(".")
+        node = c
+        for p in parents:
+            node = node[p]
+        node[leaf] = v
+    return c
+
+
+def test_stages_train_once_and_resolve(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    calls = []
+
+    def train(config, wd):
+        calls.append((config.stage, config.seed, config.init_from))
+        (tmp_path / wd / "final_metrics.json").write_text(json.dumps({"score": 1.0}))
+        return {"score": 1.0 + config.seed}
+
+    grid = spec.validate_grid({
+        "name": "g", "title": "t", "base": "cell", "base_overrides": {},
+        "stages": {"base": {"base": "base", "shared": True},
+                   "gate": {"base": "gate", "overrides": {"init_from": "{stage:base}"}}},
+        "cells": {"a": {"init_from": "{stage:base}"}, "b": {"init_from": "{stage:gate}"}},
+        "metric": "score", "lower_is_better": False, "extra_metrics": [],
+        "paper": {"metric": "m", "values": {}, "higher_is_better": True, "source": "s"}, "notes": ""},
+        preset="tiny")
+    out = tmp_path / "results" / "g"
+    summary = runner.run_grid(grid, out, runner.plan(grid, 2), train_fn=train, load_config=_load, log=lambda m: None)
+    assert len(summary.ran) == 4
+    stage_calls = [c for c in calls if c[0] != "cell"]
+    assert [c[:2] for c in stage_calls] == [("base", 0), ("gate", 0), ("gate", 1)]   # base once, gate per seed
+    assert stage_calls[1][2].startswith("results/_stages/base-") and stage_calls[1][2].endswith("seed0")
+    cells = [c for c in calls if c[0] == "cell"]
+    assert cells[1][2].startswith("results/_stages/gate-") and cells[3][2].endswith("seed1")
+
+
+def test_unknown_stage_reference_is_one_line():
+    with pytest.raises(spec.GridSpecError, match="refers to {stage:nope}"):
+        spec.validate_grid({
+            "name": "g", "title": "t", "base": "cell", "base_overrides": {}, "stages": {},
+            "cells": {"a": {"init_from": "{stage:nope}"}}, "metric": "score", "lower_is_better": False,
+            "extra_metrics": [], "paper": {"metric": "m", "values": {}, "higher_is_better": True, "source": "s"},
+            "notes": ""}, preset="tiny")
+    assert stages.references({"x": "{stage:a}/{stage:b}", "y": 3}) == ["a", "b"]
