@@ -213,3 +213,32 @@ def test_paper_size_gate_step_shards_and_traces_abstractly():
     batch = {k: jax.ShapeDtypeStruct((8, seq), jnp.int32) for k in ("inputs", "targets")}
     new_state, metrics = jax.eval_shape(make_train_step(1, schedule), abstract, batch)
     assert metrics["loss"].shape == () and new_state.params["layers_0"]["attn"]["memory_gate"]["g"].shape == (32,)
+
+
+def test_gate_trains_on_a_frozen_base_end_to_end(tiny_config, tmp_path):
+    """Base run -> init_from -> gate-only training over segmented windows -> long-context evaluation;
+    then a baseline evaluates the base with train.steps=0."""
+    from edge_jax.config import load_config
+    from edge_jax.train.init_from import restore_params
+    from edge_jax.train.loop import train_and_evaluate
+    from tests.conftest import tiny_overrides
+    base_wd, gate_wd = str(tmp_path / "base"), str(tmp_path / "gate")
+    sizes = {"model.infini_sink": 4, "model.infini_window": 4, "model.infini_segment": 8}
+    train_and_evaluate(tiny_config(**{"train.steps": 4, **sizes}), base_wd)
+    evaluation = {"longctx.lengths": (256,), "longctx.examples": 1, "longctx.tasks": ("passkey",),
+                  "longctx.answer_tokens": 2}
+    gate = load_config("configs/lm.py:size=tiny", tiny_overrides(**{
+        **sizes, **evaluation, "model.infini_hidden": 8, "data.seq_len": 40, "train.steps": 3,
+        "train.trainable": "memory_gate", "train.gate_lr": 0.05, "init_from": base_wd,
+        "longctx.method": "edgeinfinite"}))
+    result = train_and_evaluate(gate, gate_wd)
+    assert 0 < result["trained_fraction"] < 0.1 and result["longctx/prompts"] == 1
+    assert 0 <= result["longctx/answer_nll"] < 50
+    before, after = restore_params(base_wd)[0], restore_params(gate_wd)[0]
+    np.testing.assert_array_equal(np.asarray(after["layers_1"]["ffn"]["up"]["kernel"]),
+                                  np.asarray(before["layers_1"]["ffn"]["up"]["kernel"]))
+    assert np.abs(np.asarray(after["layers_0"]["attn"]["memory_gate"]["g"])).max() > 0  # the gate moved (init 0)
+    baseline = load_config("configs/lm.py:size=tiny", tiny_overrides(**{
+        **sizes, **evaluation, "train.steps": 0, "init_from": base_wd, "longctx.method": "snapkv",
+        "longctx.obs_window": 4}))
+    assert train_and_evaluate(baseline, str(tmp_path / "snap"))["longctx/prompts"] == 1

@@ -1,4 +1,4 @@
-"""The decoder-only LM assembled from the config: Qwen3-style dense baseline, or PLM.
+"""The decoder-only LM assembled from the config: Qwen3-style dense baseline, PLM, or EdgeInfinite.
 
 Parameter tree (names the HF converters rely on)::
 
@@ -10,6 +10,8 @@ Parameter tree (names the HF converters rely on)::
 ``attention=mla`` (PLM) replaces ``layers_i/attn`` by :class:`edge_jax.layers.mla.MLAttention`
 (``q_proj``, ``kv_down``, ``kv_norm``, ``k_rope_proj``, ``k_up``, ``v_up``, ``o_proj``); ``ffn``
 picks the feed-forward kind (``relu2``, ``relu``, ``gelu`` have no ``gate``).
+EdgeInfinite (``model.infini_hidden > 0``) adds ``layers_i/attn/memory_gate/{w1, b1, w2, b2, g}``
+(:mod:`edge_jax.layers.infini`).
 
 Token-indexed memories (``model.memory``):
     meki    layers_i/meki/expert/{memory, proj_*, alpha, beta, norm}, layers_i/meki/{gate, out, out_norm}

@@ -65,14 +65,3 @@ def merge_params(target, source, where: str):
         key = tuple(str(getattr(k, "key", k)) for k in path)
         leaves.append(jax.device_put(have[key], leaf.sharding).astype(leaf.dtype) if key in have else leaf)
     return jax.tree_util.tree_unflatten(treedef, leaves)
-
-
-def check_same_tokenizer(workdir: str, tokenizer_name: str) -> None:
-    import json
-    path = os.path.join(workdir, "tokenizer.json")
-    if os.path.exists(path):
-        with open(path) as f:
-            then = json.load(f).get("name")
-        if then != tokenizer_name:
-            raise ConfigError(f"init_from={workdir!r} was trained with tokenizer {then}, this run uses "
-                              f"{tokenizer_name}; set data.tokenizer to the base's")

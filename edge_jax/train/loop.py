@@ -17,7 +17,7 @@ from edge_jax.models.generate import answer_nll, exact_match
 from edge_jax.models.inputs import host_inputs, with_host_inputs
 from edge_jax.sharding import batch_sharding, maybe_initialize_distributed
 from edge_jax.train.checkpoint import Checkpointer
-from edge_jax.train.init_from import check_same_tokenizer, merge_params, restore_params
+from edge_jax.train.init_from import merge_params, restore_params
 from edge_jax.train.metrics import MetricsWriter, read_jsonl
 from edge_jax.train.optim import trained_count
 from edge_jax.train.setup import build, check_tokenizer
@@ -94,7 +94,7 @@ def train_and_evaluate(config, workdir: str, devices=None) -> dict:
     else:
         state = create_train_state(run.model, run.tx, run.mesh, cfg.seed)[0]
         if cfg.init_from:
-            state = state.replace(params=params_from(cfg.init_from, state.params, run.tokenizer))
+            state = state.replace(params=params_from(cfg.init_from, state.params, run.tokenizer, cfg))
     trained, total = trained_count(state.params, t.trainable)
     if lead:
         print(f"training {trained:,} of {total:,} weights ({100 * trained / total:.2f}%"
@@ -155,9 +155,10 @@ def train_and_evaluate(config, workdir: str, devices=None) -> dict:
     return result
 
 
-def params_from(workdir: str, params, tokenizer):
-    """``params`` with every param of ``workdir``'s latest checkpoint copied in (see init_from)."""
-    check_same_tokenizer(workdir, tokenizer.name)
+def params_from(workdir: str, params, tokenizer, config):
+    """``params`` with every param of ``workdir``'s latest checkpoint copied in (see init_from); the
+    tokenizer must be the one that run was trained with."""
+    check_tokenizer(workdir, tokenizer, config)
     return merge_params(params, restore_params(workdir)[0], workdir)
 
 
