@@ -25,6 +25,7 @@ from edge_jax.infer.kv_select import (
     gather_per_group,
     pyramid_budgets,
     snapkv_indices,
+    streaming_indices,
 )
 from edge_jax.infer.kv_state import empty_caches, run_chunk, write
 
@@ -146,11 +147,11 @@ class StreamingSession(CacheSession):
         n = self.next_slot[0]
         if n <= self.budget:
             return
-        recent = self.budget - self.sink
-        idx = np.concatenate([np.arange(self.sink), np.arange(n - recent, n)])
-        slots = jnp.asarray(idx)
-        self.caches = [{"k": jnp.zeros_like(c["k"]).at[:, :self.budget].set(c["k"][:, slots]),
-                        "v": jnp.zeros_like(c["v"]).at[:, :self.budget].set(c["v"][:, slots]),
+        B, _, G, _ = self.caches[0]["k"].shape
+        idx_BN, _ = streaming_indices(jnp.full((B,), n), self.sink, self.budget - self.sink, n)
+        idx_BGN = jnp.broadcast_to(idx_BN[:, None], (B, G, self.budget))
+        self.caches = [{"k": jnp.zeros_like(c["k"]).at[:, :self.budget].set(gather_kv(c["k"], idx_BGN)),
+                        "v": jnp.zeros_like(c["v"]).at[:, :self.budget].set(gather_kv(c["v"], idx_BGN)),
                         "pos": jnp.broadcast_to(jnp.arange(c["pos"].shape[-1], dtype=jnp.int32), c["pos"].shape),
                         "valid": jnp.broadcast_to(jnp.arange(c["valid"].shape[-1]) < self.budget, c["valid"].shape)}
                        for c in self.caches]
