@@ -24,6 +24,8 @@ MEKI_POSITIONS = ("parallel_ffn", "parallel_attn", "after_attn", "after_ffn")
 MEMORY_UPDATES = ("linear", "delta")
 LONGCTX_METHODS = ("", "edgeinfinite", "fullkv", "streamingllm", "snapkv", "pyramidkv")
 TRAINABLE = ("all", "memory_gate")
+MOE_STRATEGIES = ("dropless", "ragged", "uniform", "npumoe")
+MOE_DROPS = ("saliency", "position")
 
 
 class ConfigError(ValueError):
@@ -55,6 +57,9 @@ def base_config() -> ml_collections.ConfigDict:
         # keep switches drop the sink or window tokens at inference (EdgeInfinite Table 2).
         infini_hidden=0, infini_gate_init=0.0, infini_sink=0, infini_window=0, infini_segment=0,
         infini_update="linear", infini_eps=1e-6, infini_keep_sink=True, infini_keep_window=True,
+        # NPUMoE: a top-k router over SwiGLU experts in place of the FFN (moe_experts 0: dense FFN) in
+        # moe_layers (empty: all); moe_d_ff 0 takes d_ff; a Switch load-balancing loss of moe_aux_weight.
+        moe_experts=0, moe_top_k=2, moe_d_ff=0, moe_renormalize=False, moe_layers=(), moe_aux_weight=0.0,
     ))
     c.data = ml_collections.ConfigDict(dict(
         name="pystdlib", tokenizer="byte", seq_len=128, batch_size=16, data_dir="",
@@ -80,6 +85,16 @@ def base_config() -> ml_collections.ConfigDict:
         budget=0,  # KV slots per layer for the baselines (0: sink + window + segment, EdgeInfinite's most)
         obs_window=8, pool_kernel=7, pyramid_beta=20.0,  # SnapKV / PyramidKV
         prefill_chunk=1024, max_input=65536, answer_tokens=8,
+    ))
+    # How the MoE layers execute (NPUMoE §4; edge_jax.moe): dropless and ragged are exact; uniform gives
+    # every expert `capacity` rows per prefill chunk (0: the calibrated busiest estimate I * base);
+    # npumoe uses the calibrated plan: static tiers (tier_multipliers x base), groups of `group`
+    # same-tier experts per call, and with residency the least popular experts on the exact fallback
+    # path. `plan`: a calibration file (edge-jax moe calibrate); empty with train.steps=0 calibrates on
+    # calib_batches training batches first. Overflow is dropped by saliency (or by position).
+    c.moe = ml_collections.ConfigDict(dict(
+        strategy="dropless", chunk=512, drop="saliency", capacity=0, group=1, tiers=True, residency=False,
+        tier_multipliers=(0.5, 1.0, 2.0, 4.0), hot_fraction=0.5, plan="", calib_batches=8, time_batches=2,
     ))
     c.mesh = ml_collections.ConfigDict(dict(data=-1, fsdp=1, tensor=1))
     return c
@@ -228,6 +243,7 @@ def validate(c: ml_collections.ConfigDict) -> None:
     _validate_attention(m)
     _validate_memory(m)
     _validate_infini(c)
+    _validate_moe(c)
     if m.vocab_size < 0:
         raise ConfigError(f"model.vocab_size={m.vocab_size}: use 0 (from the tokenizer) or a positive size")
 
@@ -274,6 +290,40 @@ def _validate_memory(m) -> None:
         if m.engram_heads <= 0 or m.engram_table_size < 2 or m.engram_kernel <= 0:
             raise ConfigError("model.engram_heads, model.engram_kernel must be positive and "
                               "model.engram_table_size >= 2")
+
+
+def moe_needs_calibration(c) -> bool:
+    """Whether the MoE execution needs calibrated expert loads (npumoe, or uniform at capacity 0)."""
+    return c.model.moe_experts > 0 and (c.moe.strategy == "npumoe" or (c.moe.strategy == "uniform"
+                                                                       and not c.moe.capacity))
+
+
+def _validate_moe(c) -> None:
+    m, x = c.model, c.moe
+    _choice("moe.strategy", x.strategy, MOE_STRATEGIES)
+    _choice("moe.drop", x.drop, MOE_DROPS)
+    if m.moe_experts < 0 or m.moe_d_ff < 0:
+        raise ConfigError("model.moe_experts and model.moe_d_ff must be >= 0 (moe_experts 0: a dense FFN)")
+    if not m.moe_experts:
+        if x.strategy != "dropless":
+            raise ConfigError(f"moe.strategy={x.strategy!r} applies to MoE models; set model.moe_experts > 0")
+        return
+    if not 1 <= m.moe_top_k <= m.moe_experts:
+        raise ConfigError(f"model.moe_top_k={m.moe_top_k} must lie in [1, model.moe_experts={m.moe_experts}]; "
+                          "lower the top-k or add experts")
+    if any(not 0 <= i < m.n_layers for i in m.moe_layers) or len(set(m.moe_layers)) != len(m.moe_layers):
+        raise ConfigError(f"model.moe_layers={tuple(m.moe_layers)} must be distinct layer indices in [0, "
+                          f"{m.n_layers}); empty means every layer")
+    if x.chunk <= 0 or x.group <= 0 or x.capacity < 0 or x.calib_batches <= 0 or x.time_batches < 0:
+        raise ConfigError("moe.chunk, moe.group and moe.calib_batches must be positive, moe.capacity and "
+                          "moe.time_batches >= 0")
+    if not 0 < x.hot_fraction <= 1 or not x.tier_multipliers or min(x.tier_multipliers) <= 0:
+        raise ConfigError(f"moe.hot_fraction={x.hot_fraction} must lie in (0, 1] and moe.tier_multipliers="
+                          f"{tuple(x.tier_multipliers)} must be positive numbers")
+    if moe_needs_calibration(c) and not x.plan and c.train.steps:
+        raise ConfigError(f"moe.strategy={x.strategy!r} needs calibrated expert loads before training: set "
+                          "moe.plan=<calibration.json> (edge-jax moe calibrate), or evaluate a trained run with "
+                          "train.steps=0 init_from=<workdir>, which calibrates first")
 
 
 def longctx_budget(c) -> int:

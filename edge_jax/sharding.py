@@ -31,6 +31,7 @@ LOGICAL_RULES = (
     ("norm", None),
     ("mem", None),          # MeKi / PLE / Engram memory width
     ("ngram", "tensor"),    # rows of the hashed Engram tables, sharded like the vocabulary
+    ("expert", None),       # MoE experts: replicated; each expert's width follows "mlp"
 )
 
 

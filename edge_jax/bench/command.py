@@ -8,8 +8,10 @@ BENCHMARKS = {
     "meki-decode": "edge_jax.bench.meki_decode",
     "mla-decode": "edge_jax.bench.mla_decode",
     "long-context": "edge_jax.bench.long_context",
+    "moe": "edge_jax.bench.moe",
 }
 DEFAULT_REPEATS = {"long-context": 1}  # --repeats when not given (5 for the others)
+DEFAULT_CHUNK = {"moe": 512}  # --chunk when not given (2048 for the others)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -46,11 +48,20 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--sink", type=int, default=300, help="EdgeInfinite sink tokens")
     g.add_argument("--window", type=int, default=200, help="EdgeInfinite window tokens (<= --segment)")
     g.add_argument("--segment", type=int, default=2048, help="EdgeInfinite segment length")
-    g.add_argument("--chunk", type=int, default=2048, help="FullKV prefill chunk")
+    g.add_argument("--chunk", type=int, default=None, help="FullKV prefill chunk (default 2048; moe: tokens per "
+                   "prefill chunk, default 512)")
     g.add_argument("--max-fullkv-length", type=int, default=None, help="skip FullKV above this length "
                    "(default: run it at every length; its cost is quadratic)")
     g.add_argument("--plot", default=None, help="write a two-panel PNG (TTFT, peak memory vs length) here")
     g.add_argument("--json", default=None, help="write the measurements as JSON here")
+    g = parser.add_argument_group("moe", "NPUMoE Fig. 17 ablation and Table 5 grouping on one synthetic MoE layer. "
+                                  "Also takes --d-model (default 128), --d-ff (expert width, default 128), --chunk "
+                                  "(default 512), --repeats, --json")
+    g.add_argument("--experts", type=int, default=16, help="routed experts")
+    g.add_argument("--top-k", type=int, default=2, help="experts per token")
+    g.add_argument("--chunks", type=int, default=4, help="prefill chunks per timed round")
+    g.add_argument("--zipf", type=float, default=1.0, help="router skew: expert popularity ~ 1 / rank^zipf")
+    g.add_argument("--group", type=int, default=4, help="experts per grouped call")
 
 
 def run(args, overrides) -> int:
@@ -58,5 +69,7 @@ def run(args, overrides) -> int:
     module = importlib.import_module(BENCHMARKS[args.name])
     if args.repeats is None:
         args.repeats = DEFAULT_REPEATS.get(args.name, 5)
+    if args.chunk is None:
+        args.chunk = DEFAULT_CHUNK.get(args.name, 2048)
     print(module.run(args, overrides))
     return 0

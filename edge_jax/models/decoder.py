@@ -12,6 +12,8 @@ Parameter tree (names the HF converters rely on)::
 picks the feed-forward kind (``relu2``, ``relu``, ``gelu`` have no ``gate``).
 EdgeInfinite (``model.infini_hidden > 0``) adds ``layers_i/attn/memory_gate/{w1, b1, w2, b2, g}``
 (:mod:`edge_jax.layers.infini`).
+NPUMoE (``model.moe_experts > 0``) replaces ``layers_i/ffn`` by ``layers_i/moe/{router, gate, up, down}``
+(:mod:`edge_jax.layers.moe`) in ``moe_layers`` (default: all); ``moe_exec`` says how it executes.
 
 Token-indexed memories (``model.memory``):
     meki    layers_i/meki/expert/{memory, proj_*, alpha, beta, norm}, layers_i/meki/{gate, out, out_norm}
@@ -34,8 +36,10 @@ from edge_jax.layers.ffn import FFN
 from edge_jax.layers.infini_attention import InfiniSpec
 from edge_jax.layers.meki import MeKi
 from edge_jax.layers.mla import MLAttention
+from edge_jax.layers.moe import MoE
 from edge_jax.layers.norms import RMSNorm
 from edge_jax.layers.ple import PLEBlock, PLEInputs
+from edge_jax.moe.plan import MoEExec
 
 
 @dataclasses.dataclass(frozen=True)
@@ -82,6 +86,19 @@ class ModelConfig:
     infini_eps: float = 1e-6
     infini_keep_sink: bool = True
     infini_keep_window: bool = True
+    moe_experts: int = 0
+    moe_top_k: int = 2
+    moe_d_ff: int = 0
+    moe_renormalize: bool = False
+    moe_layers: tuple = ()
+    moe_aux_weight: float = 0.0
+    moe_exec: MoEExec = MoEExec()
+
+    def moe_layer_ids(self) -> tuple[int, ...]:
+        """The layers whose FFN is a MoE (``moe_layers``, or every layer when it is empty)."""
+        if self.moe_experts <= 0:
+            return ()
+        return tuple(self.moe_layers) if self.moe_layers else tuple(range(self.n_layers))
 
     def infini_spec(self) -> InfiniSpec | None:
         """EdgeInfinite's layer settings, or None for a model without the memory gate. The keep
@@ -124,6 +141,14 @@ class Block(nn.Module):
         return GQAttention(c.n_heads, c.n_kv_heads, c.head_dim, c.rope_theta, c.qk_norm, c.norm_eps,
                            infini=c.infini_spec(), name="attn", **common)
 
+    def _moe(self, common):
+        """NPUMoE's MoE FFN; the saliency of a token is the L2 norm of its attention output (§3.2)."""
+        c = self.cfg
+        plans = c.moe_exec.plans
+        plan = plans[c.moe_layer_ids().index(self.layer)] if plans else None
+        return MoE(c.moe_experts, c.moe_top_k, c.moe_d_ff or c.d_ff, c.moe_renormalize, c.moe_aux_weight,
+                   c.moe_exec, plan, name="moe", **common)
+
     @nn.compact
     def __call__(self, h_BTD, positions_BT, ctx, decode: bool = False):
         c = self.cfg
@@ -135,17 +160,21 @@ class Block(nn.Module):
         x = RMSNorm(c.norm_eps, "norm", c.param_dtype, name="attn_norm")(h_BTD)
         contexts = ctx.get("attn_context")
         if contexts is None:
-            h_BTD = h_BTD + self._attention(common)(x, positions_BT, decode)
+            a_BTD = self._attention(common)(x, positions_BT, decode)
         else:
             if c.attention != "gqa":
                 raise ValueError("an explicit attention context (long-context inference) needs model.attention=gqa")
-            h_BTD = h_BTD + self._attention(common)(x, positions_BT, decode, contexts[self.layer])
+            a_BTD = self._attention(common)(x, positions_BT, decode, contexts[self.layer])
+        h_BTD = h_BTD + a_BTD
         if meki == "parallel_attn":
             h_BTD = h_BTD + self._meki(x, ctx)
         elif meki == "after_attn":
             h_BTD = self._meki_after(h_BTD, ctx)
         x = RMSNorm(c.norm_eps, "norm", c.param_dtype, name="ffn_norm")(h_BTD)
-        h_BTD = h_BTD + FFN(c.ffn, c.d_ff, name="ffn", **common)(x, ctx.get("ffn_mask_ratio"))
+        if self.layer in c.moe_layer_ids():
+            h_BTD = h_BTD + self._moe(common)(x, jnp.linalg.norm(a_BTD.astype(jnp.float32), axis=-1))
+        else:
+            h_BTD = h_BTD + FFN(c.ffn, c.d_ff, name="ffn", **common)(x, ctx.get("ffn_mask_ratio"))
         if meki == "parallel_ffn":  # eq. 8: H' = F(H) + MeKi(H) + A, sharing the pre-FFN norm
             h_BTD = h_BTD + self._meki(x, ctx)
         elif meki == "after_ffn":

@@ -24,6 +24,9 @@ MODEL_SIZES = {
     # PLM-1.8B, Table 1 (d_nope = value width = 128, d_rope = 64: the released config's head sizes).
     "plm_1p8b": dict(_PLM, vocab_size=151_936, d_model=2048, n_layers=32, n_heads=16, n_kv_heads=16,
                      head_dim=128, d_ff=8192, kv_lora_rank=512, d_rope=64),
+    # PhiMoE (NPUMoE's main model): 16 experts of width 6400, top-2 (moe_* come from configs/npumoe.py).
+    "phimoe": dict(vocab_size=32_064, d_model=4096, n_layers=32, n_heads=32, n_kv_heads=8, head_dim=128,
+                   d_ff=6400, rope_theta=10_000.0, qk_norm=False, tie_embeddings=False),
 }
 
 # RAM parameter counts the papers report for the dense baselines (MeKi Table 5).
@@ -58,6 +61,7 @@ _PAPER_TRAIN = dict(data=dict(seq_len=4096, batch_size=256),
                     model=dict(dtype="bfloat16"))
 for _name in PAPER_PARAMS:
     TRAIN_PRESETS[_name] = _PAPER_TRAIN
+TRAIN_PRESETS["phimoe"] = _PAPER_TRAIN
 TRAIN_PRESETS["plm_tiny"] = dict(data=dict(seq_len=128, batch_size=16),
                                  train=dict(WSDC, steps=300, lr=3e-3, min_lr=3e-4, warmup_steps=30,
                                             sparsity_batches=4))

@@ -11,7 +11,7 @@ import jax
 import numpy as np
 
 from edge_jax.atomic import write_json_atomic
-from edge_jax.config import base_config, flatten
+from edge_jax.config import base_config, flatten, moe_needs_calibration
 from edge_jax.data import load_qa, make_eval_batches, make_train_iter
 from edge_jax.models.generate import answer_nll, exact_match
 from edge_jax.models.inputs import host_inputs, with_host_inputs
@@ -54,7 +54,8 @@ def evaluate(eval_step, params, batches, sharding) -> dict:
 RESUMABLE_CHANGES = ("train.steps", "train.log_every", "train.eval_every", "train.eval_batches",
                      "train.ckpt_every", "train.keep_ckpts", "train.qa_questions", "train.sparsity_batches",
                      "data.data_dir", "mesh.data", "mesh.fsdp", "mesh.tensor",
-                     "longctx.method", "longctx.lengths", "longctx.examples", "longctx.tasks")
+                     "longctx.method", "longctx.lengths", "longctx.examples", "longctx.tasks",
+                     "moe.calib_batches", "moe.time_batches")
 
 
 def save_config(config, workdir: str) -> None:
@@ -95,6 +96,9 @@ def train_and_evaluate(config, workdir: str, devices=None) -> dict:
         state = create_train_state(run.model, run.tx, run.mesh, cfg.seed)[0]
         if cfg.init_from:
             state = state.replace(params=params_from(cfg.init_from, state.params, run.tokenizer, cfg))
+    if moe_needs_calibration(cfg) and not run.model.cfg.moe_exec.plans:  # steps=0 (config validation)
+        from edge_jax.moe.evaluate import calibrate_run
+        run = calibrate_run(run, state.params, workdir if lead else None)[0]
     trained, total = trained_count(state.params, t.trainable)
     if lead:
         print(f"training {trained:,} of {total:,} weights ({100 * trained / total:.2f}%"
@@ -145,6 +149,9 @@ def train_and_evaluate(config, workdir: str, devices=None) -> dict:
         if cfg.longctx.method:
             from edge_jax.analysis.longctx_eval import evaluate_longctx
             result.update(evaluate_longctx(run.model, state.params, run.tokenizer, cfg))
+        if run.model.cfg.moe_experts:
+            from edge_jax.moe.evaluate import moe_metrics
+            result.update(moe_metrics(run, state.params, eval_batches, cfg.moe.time_batches))
         if t.sparsity_batches:
             result.update(activation_sparsity(run, state.params, eval_batches[:t.sparsity_batches], workdir, lead))
     finally:

@@ -65,10 +65,19 @@ def check_tokenizer(workdir: str, tokenizer, config, write: bool = False) -> Non
                           f"the tokenizer's {tokenizer.vocab_size} ids; use the tokenizer it was trained with")
 
 
+def model_config(config, loads_LE=None) -> ModelConfig:
+    """The model's static description; MoE models also carry their execution (and capacity plans)."""
+    cfg = ModelConfig.from_config(config.model)
+    if not cfg.moe_experts:
+        return cfg
+    from edge_jax.moe.setup import moe_exec
+    return dataclasses.replace(cfg, moe_exec=moe_exec(config, loads_LE))
+
+
 def build(config, devices=None) -> RunSetup:
     config, tok = resolve_config(config)
     mesh = make_mesh(config.mesh, devices)
     check_divisible(config, mesh)
-    model = DecoderLM(ModelConfig.from_config(config.model))
+    model = DecoderLM(model_config(config))
     tx, schedule = make_optimizer(config.train)
     return RunSetup(config, tok, mesh, model, tx, schedule)

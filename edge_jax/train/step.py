@@ -12,12 +12,18 @@ def token_losses(logits_BTV, targets_BT):
     return optax.softmax_cross_entropy_with_integer_labels(logits_BTV.astype(jnp.float32), targets_BT)
 
 
+def auxiliary_loss(variables) -> jax.Array:
+    """The sum of the losses layers sow into ``losses`` (the MoE load-balancing loss), 0 if none."""
+    leaves = jax.tree_util.tree_leaves(variables.get("losses", {}))
+    return sum((jnp.sum(x) for x in leaves), jnp.zeros((), jnp.float32))
+
+
 def make_train_step(grad_accum: int, schedule):
     """``train_step(state, batch) -> (state, metrics)``; the batch is split into ``grad_accum`` micro-batches."""
 
     def loss_fn(params, apply_fn, micro):
-        logits = apply_fn({"params": params}, micro["inputs"], **model_kwargs(micro))
-        return jnp.mean(token_losses(logits, micro["targets"]))
+        logits, aux = apply_fn({"params": params}, micro["inputs"], **model_kwargs(micro), mutable=["losses"])
+        return jnp.mean(token_losses(logits, micro["targets"])) + auxiliary_loss(aux)
 
     def train_step(state, batch):
         grad_fn = jax.value_and_grad(loss_fn)

@@ -1,0 +1,1 @@
+"""NPUMoE: static capacity plans, expert execution strategies, calibration, routing traces."""
