@@ -166,3 +166,16 @@ def test_paper_preset_phimoe_counts_and_step_traces_abstractly():
     batch = {k: jax.ShapeDtypeStruct((8, 64), jnp.int32) for k in ("inputs", "targets")}
     new_state, metrics = jax.eval_shape(make_train_step(1, schedule), abstract, batch)
     assert metrics["loss"].shape == () and new_state.params["layers_31"]["moe"]["down"].shape == (16, 6400, 4096)
+
+
+def test_router_renormalize_and_routing_record():
+    from edge_jax.layers.moe import MoE
+    x = jax.random.normal(jax.random.key(0), (2, 5, 16))
+    for renorm in (False, True):
+        layer = MoE(8, 3, 12, renormalize=renorm)
+        params = layer.init(jax.random.key(1), x)
+        _, inter = layer.apply(params, x, mutable=["intermediates"])
+        r = inter["intermediates"]["routing"][0]
+        total = np.asarray(jnp.sum(r["weights"], -1))
+        assert np.allclose(total, 1.0, atol=1e-6) == renorm and np.all(total <= 1 + 1e-6)
+        assert np.all(np.diff(np.asarray(r["probs"]), axis=-1) <= 0) and r["ids"].shape == (2, 5, 3)

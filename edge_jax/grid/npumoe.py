@@ -40,8 +40,8 @@ def notes(preset: str, text: str) -> str:
             "tokens, so the base capacity chunk*k/E is 64 as for PhiMoE at chunk 512), after calibrating on 4 "
             "training batches when it needs loads. ms/token: the MoE layers alone, run by the NPUMoE "
             "runtime (one jitted call per static group, cold experts on the host CPU) on one batch of real "
-            "hidden states, median of 3 rounds, on a 2-core CPU; cells run one after another in separate "
-            "processes, so compare the benchmark (edge-jax bench moe, one interleaved run) for ratios. "
+            "hidden states, median of 10 rounds, on a 2-core CPU; cells run one after "
+            "another, so for speed ratios prefer the benchmark (edge-jax bench moe, one interleaved run). "
             "Loss and accuracy changes are against dropless execution of the same weights.")
     return " ".join(t for t in (text, tiny if preset == "tiny" else "") if t)
 

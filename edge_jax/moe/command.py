@@ -11,7 +11,6 @@ model dropless over held-out text and writes a routing trace (:mod:`edge_jax.moe
 """
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import os
 
@@ -87,11 +86,7 @@ def _trace(args, overrides) -> int:
             "tokenizer": run.tokenizer.name, "seq_len": run.config.data.seq_len, "git": git_info(".")}
     trace = record_trace(run.model, params, batches, run.model.cfg.moe_layer_ids(), meta)
     os.makedirs(args.out, exist_ok=True)
-    path = write_trace(os.path.join(args.out, f"{data}_{args.split}.npz"), trace)
+    path = write_trace(os.path.join(args.out, f"{data}_{args.split}.npz"), trace, compress=True)
     print(f"wrote {path}: {trace.n_tokens:,} tokens in {len(trace.seq_starts)} sequences, {trace.n_layers} MoE "
           f"layers x top-{trace.top_k} of {trace.n_experts} experts")
     return 0
-
-
-def run(args: argparse.Namespace, overrides) -> int:
-    return args.fn(args, overrides)

@@ -97,22 +97,22 @@ def _experts(params, layer: int):
     return tuple(np.asarray(getattr(p[k], "value", p[k])) for k in ("gate", "up", "down"))
 
 
-def latency_per_token(model, params, inputs, repeats: int = 3) -> float:
+def latency_per_token(model, params, inputs, repeats: int = 10) -> float:
     """Seconds per token of all MoE layers, each chunk executed by the runtime (NPUMoE's dispatch);
     capacity-bound strategies only. ``inputs``: per batch, per MoE layer (x, ids, weights, saliency)."""
     from edge_jax.moe.runtime import LayerRuntime, time_runtime
-    x = model.cfg.moe_exec
+    ex = model.cfg.moe_exec
     total = 0.0
     for li, layer in enumerate(model.cfg.moe_layer_ids()):
         experts = _experts(params, layer)
-        rt = LayerRuntime(x.plans[li], experts)
+        rt = LayerRuntime(ex.plans[li], experts)
         chunks = []
         for batch_layers in inputs:
             xs, ids, w, sal = batch_layers[li]
-            n, c = len(xs), x.chunk
+            n, c = len(xs), ex.chunk
             pad = -n % c
             valid = np.arange(n + pad) < n
-            score = sal if x.drop == "saliency" else -(np.arange(n) % c)
+            score = sal if ex.drop == "saliency" else -(np.arange(n) % c)
             arrays = [np.pad(a, [(0, pad)] + [(0, 0)] * (a.ndim - 1)) for a in (xs, ids, w, score)]
             chunks += [tuple(a[i:i + c] for a in (*arrays, valid)) for i in range(0, n + pad, c)]
         total += time_runtime(rt, chunks, repeats)
@@ -122,23 +122,23 @@ def latency_per_token(model, params, inputs, repeats: int = 3) -> float:
 def moe_metrics(run, params, batches, time_batches: int = 0) -> dict:
     """The strategy against dropless on ``batches`` (see the module docstring)."""
     model = run.model
-    x = model.cfg.moe_exec
+    ex = model.cfg.moe_exec
     ref = routing_pass(dropless_model(model), params, batches)
-    got = routing_pass(model, params, batches, keep_inputs=False) if x.strategy != "dropless" else ref
+    got = routing_pass(model, params, batches, keep_inputs=False) if ex.strategy != "dropless" else ref
     s = got.stats
     computed = s["kept"] + s["padded"] + s["fallback"]
-    calls = [p.calls for p in x.plans] if x.capacity_bound else [1] * len(model.cfg.moe_layer_ids())
+    calls = [p.calls for p in ex.plans] if ex.capacity_bound else [1] * len(model.cfg.moe_layer_ids())
     out = {"moe/val_loss": got.loss, "moe/dropless_val_loss": ref.loss,
            "moe/val_loss_change_pct": 100 * (got.loss - ref.loss) / ref.loss,
            "moe/accuracy": 100 * got.accuracy, "moe/dropless_accuracy": 100 * ref.accuracy,
            "moe/accuracy_change": 100 * (got.accuracy - ref.accuracy),
-           "moe/drop_pct": 100 * s["dropped"] / max(s["routed"], 1) if x.capacity_bound else 0.0,
-           "moe/padding_pct": 100 * s["padded"] / max(computed, 1) if x.capacity_bound else 0.0,
-           "moe/fallback_pct": 100 * s["fallback"] / max(s["routed"], 1) if x.capacity_bound else 0.0,
+           "moe/drop_pct": 100 * s["dropped"] / max(s["routed"], 1) if ex.capacity_bound else 0.0,
+           "moe/padding_pct": 100 * s["padded"] / max(computed, 1) if ex.capacity_bound else 0.0,
+           "moe/fallback_pct": 100 * s["fallback"] / max(s["routed"], 1) if ex.capacity_bound else 0.0,
            "moe/calls_per_layer": float(np.mean(calls)),
            "moe/imbalance": float(np.mean([imbalance_ratio(np.bincount(i.ravel(), minlength=model.cfg.moe_experts))
                                            for i in ref.ids]))}
-    if time_batches and x.capacity_bound:
+    if time_batches and ex.capacity_bound:
         timed = routing_pass(model, params, batches[:time_batches], keep_inputs=True)
         out["moe/ms_per_token"] = 1e3 * latency_per_token(model, params, timed.inputs)
     return out

@@ -33,7 +33,8 @@ def swiglu(x_GCD, gate_GDF, up_GDF, down_GFD):
     return jnp.einsum("gcf,gfd->gcd", h_GCF, down_GFD)
 
 
-def _flat(ids_NK, w_NK):
+def flat_copies(ids_NK, w_NK):
+    """The ``N*K`` token copies, token-major: expert ids, token indices and weights, each ``[A]``."""
     n, k = ids_NK.shape
     return ids_NK.reshape(-1), jnp.repeat(jnp.arange(n), k), w_NK.reshape(-1)
 
@@ -53,7 +54,7 @@ def ragged(x_ND, ids_NK, w_NK, experts, subset: tuple[int, ...] | None = None):
     subset = tuple(range(n_experts)) if subset is None else tuple(subset)
     local = np.full(n_experts, len(subset), np.int32)  # experts outside the subset sort last, unrun
     local[list(subset)] = np.arange(len(subset))
-    e_A, t_A, w_A = _flat(ids_NK, w_NK)
+    e_A, t_A, w_A = flat_copies(ids_NK, w_NK)
     key_A = jnp.asarray(local)[e_A]
     order = jnp.argsort(key_A, stable=True)
     sizes = jnp.bincount(key_A, length=len(subset) + 1)[:len(subset)].astype(jnp.int32)
@@ -70,7 +71,7 @@ def pack(ids_NK, score_N, valid_N, plan: LayerPlan):
     token order); the first ``capacity`` are kept."""
     n_experts, rows = plan.n_experts, plan.buffer_rows
     cap_E = jnp.asarray(plan.capacity, jnp.int32)
-    e_A, t_A, _ = _flat(ids_NK, ids_NK)
+    e_A, t_A, _ = flat_copies(ids_NK, ids_NK)
     static_A = valid_N[t_A] & (cap_E[e_A] > 0)
     key_A = jnp.where(static_A, e_A, n_experts)
     order = jnp.lexsort((-score_N[t_A].astype(jnp.float32), key_A))
@@ -89,7 +90,7 @@ def capacity_moe(x_ND, ids_NK, w_NK, score_N, valid_N, experts, plan: LayerPlan,
     once for all chunks (``ragged_dot`` does not batch under ``vmap``)."""
     gate, up, down = experts
     slot_A, kept_A, static_A = pack(ids_NK, score_N, valid_N, plan)
-    _, t_A, w_A = _flat(ids_NK, w_NK)
+    _, t_A, w_A = flat_copies(ids_NK, w_NK)
     rows = plan.buffer_rows
     buf_RD = jnp.zeros((rows + 1, x_ND.shape[-1]), x_ND.dtype).at[slot_A].set(x_ND[t_A])
     outs, row = [], 0

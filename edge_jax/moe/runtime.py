@@ -33,7 +33,7 @@ def _pack_fn(plan: LayerPlan):
     """Jitted ``(x_ND, ids_NK, score_N, valid_N) -> (buffers [G, C, d] per group, slot_A, kept_A)``."""
     def pack(x_ND, ids_NK, score_N, valid_N):
         slot_A, kept_A, _ = execute.pack(ids_NK, score_N, valid_N, plan)
-        _, t_A, _ = execute._flat(ids_NK, ids_NK)
+        _, t_A, _ = execute.flat_copies(ids_NK, ids_NK)
         buf_RD = jnp.zeros((plan.buffer_rows + 1, x_ND.shape[-1]), x_ND.dtype).at[slot_A].set(x_ND[t_A])
         bufs, row = [], 0
         for group in plan.groups:
@@ -48,7 +48,7 @@ def _pack_fn(plan: LayerPlan):
 def _scatter(x_ND, ys_GCD, slot_A, kept_A, w_NK, fallback_ND):
     """Weighted scatter-add of the kept buffer rows to their tokens (dropped and padded rows read
     the zero row past the buffer's end), plus the fallback experts' result (or None)."""
-    _, t_A, w_A = execute._flat(w_NK, w_NK)
+    _, t_A, w_A = execute.flat_copies(w_NK, w_NK)
     zero_1D = jnp.zeros((1, x_ND.shape[-1]), x_ND.dtype)
     y_RD = jnp.concatenate([y.reshape(-1, x_ND.shape[-1]) for y in ys_GCD] + [zero_1D])
     w_A = jnp.where(kept_A, w_A, 0)[:, None].astype(x_ND.dtype)
