@@ -75,6 +75,8 @@ def test_agreeing_table():
     assert ("**Ordering vs paper: agrees**; Kendall τ = 1.00 over 3 cells. "
             "Paper: c > b > a; ours: c > b > a.") in md
     assert "Missing" not in md and "Notes: Some notes." in md and "(curves.png)" in md
+    evaluation_only = [dict(r, curve=[]) for r in agreeing_records()]  # cells that only evaluate
+    assert "curves.png" not in tables.markdown(tables.build_table(make_grid(), evaluation_only, seeds=2))
 
 
 def test_disagreeing_table():

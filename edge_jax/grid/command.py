@@ -107,7 +107,9 @@ def run(args: argparse.Namespace, *, train_fn: runner.TrainFn | None = None,
 
     records = runner.load_records(out, log=log)
     table = tables.write_tables(grid, records, out, args.seeds)
-    plots.write_curves(grid, records, out)
+    curves = tables.has_curves(table.records)
+    if curves:
+        plots.write_curves(grid, records, out)
     if grid.post and records and args.cell is not None:
         log(f"{grid.post}: skipped with --cell (it reads every cell); run --tables-only when the grid is done")
     elif grid.post and records:
@@ -115,7 +117,7 @@ def run(args: argparse.Namespace, *, train_fn: runner.TrainFn | None = None,
         written = getattr(importlib.import_module(module), fn)(grid, records, out)
         log(f"{grid.post}: wrote {', '.join(str(p) for p in written)}")
     missing = sum(len(r.missing_seeds) for r in table.rows)
-    log(f"wrote {out / 'table.md'}, {out / 'table.csv'}, {out / 'curves.png'} "
+    log(f"wrote {out / 'table.md'}, {out / 'table.csv'}{', ' + str(out / 'curves.png') if curves else ''} "
         f"from {len(table.records)} record(s)" + (f"; {missing} missing" if missing else ""))
     if failed:
         log(f"error: {failed} cell(s) failed: "

@@ -197,8 +197,14 @@ def markdown(t: Table) -> str:
         lines += ["", f"Ignored {t.ignored} record(s) of another grid, preset or cell."]
     if g.notes.strip():
         lines += ["", f"Notes: {g.notes.strip()}"]
-    lines += ["", "![validation loss vs step, mean over seeds, min-max shaded](curves.png)", ""]
-    return "\n".join(lines)
+    if has_curves(t.records):
+        lines += ["", "![validation loss vs step, mean over seeds, min-max shaded](curves.png)"]
+    return "\n".join(lines + [""])
+
+
+def has_curves(records: list[dict]) -> bool:
+    """Whether any record trained (evaluation-only grids have no validation curve to draw)."""
+    return any(r.get("curve") for r in records)
 
 
 def csv_text(t: Table) -> str:
