@@ -75,15 +75,10 @@ class MoE(nn.Module):
         if self.plan.n_experts != self.n_experts:
             raise ValueError(f"the capacity plan has {self.plan.n_experts} experts but the layer has "
                              f"{self.n_experts}; recalibrate with edge-jax moe calibrate")
-        n, c = x_ND.shape[0], self.execution.chunk
-        pad = -n % c
-        valid_N = jnp.arange(n + pad) < n
-        padded = [jnp.pad(a, [(0, pad)] + [(0, 0)] * (a.ndim - 1)) for a in (x_ND, ids_NK, w_NK, sal_N)]
-        score_N = padded[3] if self.execution.drop == "saliency" else -(jnp.arange(n + pad) % c)
-        chunks = [a.reshape(-1, c, *a.shape[1:]) for a in (*padded[:3], score_N, valid_N)]
+        chunks = execute.chunked(x_ND, ids_NK, w_NK, sal_N, self.execution.chunk, self.execution.drop)
         y_CnD, stats = jax.vmap(lambda *a: execute.capacity_moe(*a, experts, self.plan, fallback=False))(*chunks)
         self.sow("intermediates", "moe_stats", {k: jnp.sum(v) for k, v in stats.items()})
-        y_ND = y_CnD.reshape(-1, x_ND.shape[-1])[:n]
+        y_ND = y_CnD.reshape(-1, x_ND.shape[-1])[:x_ND.shape[0]]
         if self.plan.fallback:
             y_ND = y_ND + execute.ragged(x_ND, ids_NK, w_NK, experts, self.plan.fallback)
         return y_ND

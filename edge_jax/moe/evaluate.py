@@ -13,12 +13,14 @@ from __future__ import annotations
 import dataclasses
 import os
 
+import jax.numpy as jnp
 import ml_collections
 import numpy as np
 
 from edge_jax.atomic import write_text_atomic
 from edge_jax.data import make_eval_batches
 from edge_jax.models import DecoderLM
+from edge_jax.moe import execute
 from edge_jax.moe.calibrate import (
     calibration_markdown,
     expert_loads,
@@ -108,13 +110,8 @@ def latency_per_token(model, params, inputs, repeats: int = 10) -> float:
         rt = LayerRuntime(ex.plans[li], experts)
         chunks = []
         for batch_layers in inputs:
-            xs, ids, w, sal = batch_layers[li]
-            n, c = len(xs), ex.chunk
-            pad = -n % c
-            valid = np.arange(n + pad) < n
-            score = sal if ex.drop == "saliency" else -(np.arange(n) % c)
-            arrays = [np.pad(a, [(0, pad)] + [(0, 0)] * (a.ndim - 1)) for a in (xs, ids, w, score)]
-            chunks += [tuple(a[i:i + c] for a in (*arrays, valid)) for i in range(0, n + pad, c)]
+            parts = execute.chunked(*(jnp.asarray(a) for a in batch_layers[li]), ex.chunk, ex.drop)
+            chunks += [tuple(a[i] for a in parts) for i in range(len(parts[0]))]
         total += time_runtime(rt, chunks, repeats)
     return total
 

@@ -83,6 +83,27 @@ def pack(ids_NK, score_N, valid_N, plan: LayerPlan):
     return slot_A, kept_A, static_A
 
 
+def group_buffers(x_ND, ids_NK, slot_A, plan: LayerPlan) -> list:
+    """The zero-padded ``[G, C, d]`` input of each static group: the kept copies at their slots."""
+    _, t_A, _ = flat_copies(ids_NK, ids_NK)
+    buf_RD = jnp.zeros((plan.buffer_rows + 1, x_ND.shape[-1]), x_ND.dtype).at[slot_A].set(x_ND[t_A])
+    bufs, row = [], 0
+    for group in plan.groups:
+        c = plan.capacity[group[0]]
+        bufs.append(buf_RD[row:row + len(group) * c].reshape(len(group), c, -1))
+        row += len(group) * c
+    return bufs
+
+
+def scatter_rows(x_ND, ys_GCD, slot_A, kept_A, w_NK):
+    """Weighted scatter-add of the groups' output rows to their tokens (dropped copies read the zero
+    row past the buffer's end)."""
+    _, t_A, w_A = flat_copies(w_NK, w_NK)
+    zero_1D = jnp.zeros((1, x_ND.shape[-1]), x_ND.dtype)
+    y_RD = jnp.concatenate([y.reshape(-1, x_ND.shape[-1]) for y in ys_GCD] + [zero_1D])
+    return jnp.zeros_like(x_ND).at[t_A].add(y_RD[slot_A] * jnp.where(kept_A, w_A, 0)[:, None].astype(x_ND.dtype))
+
+
 def capacity_moe(x_ND, ids_NK, w_NK, score_N, valid_N, experts, plan: LayerPlan, fallback: bool = True):
     """``(y_ND, stats)``; stats count token copies: ``routed`` (valid), ``kept`` and ``dropped`` on the
     static path, ``fallback`` rows, and the static buffer's ``padded`` rows. ``fallback=False`` leaves
@@ -90,24 +111,28 @@ def capacity_moe(x_ND, ids_NK, w_NK, score_N, valid_N, experts, plan: LayerPlan,
     once for all chunks (``ragged_dot`` does not batch under ``vmap``)."""
     gate, up, down = experts
     slot_A, kept_A, static_A = pack(ids_NK, score_N, valid_N, plan)
-    _, t_A, w_A = flat_copies(ids_NK, w_NK)
-    rows = plan.buffer_rows
-    buf_RD = jnp.zeros((rows + 1, x_ND.shape[-1]), x_ND.dtype).at[slot_A].set(x_ND[t_A])
-    outs, row = [], 0
-    for group in plan.groups:
-        c, idx = plan.capacity[group[0]], np.asarray(group)
-        x_GCD = buf_RD[row:row + len(group) * c].reshape(len(group), c, -1)
-        outs.append(swiglu(x_GCD, gate[idx], up[idx], down[idx]).reshape(len(group) * c, -1))
-        row += len(group) * c
-    y_RD = jnp.concatenate(outs + [jnp.zeros((1, x_ND.shape[-1]), x_ND.dtype)])
-    y_ND = jnp.zeros_like(x_ND).at[t_A].add(y_RD[slot_A] * jnp.where(kept_A, w_A, 0)[:, None].astype(x_ND.dtype))
-    routed_A = valid_N[t_A]
+    ys = [swiglu(x_GCD, gate[np.asarray(g)], up[np.asarray(g)], down[np.asarray(g)])
+          for g, x_GCD in zip(plan.groups, group_buffers(x_ND, ids_NK, slot_A, plan))]
+    y_ND = scatter_rows(x_ND, ys, slot_A, kept_A, w_NK)
     if plan.fallback and fallback:
         y_ND = y_ND + ragged(x_ND, ids_NK, w_NK * valid_N[:, None], experts, plan.fallback)
+    routed = jnp.sum(valid_N) * ids_NK.shape[1]
     kept, static = jnp.sum(kept_A), jnp.sum(static_A)
-    stats = {"routed": jnp.sum(routed_A), "kept": kept, "dropped": static - kept,
-             "fallback": jnp.sum(routed_A) - static, "padded": rows - kept}
+    stats = {"routed": routed, "kept": kept, "dropped": static - kept, "fallback": routed - static,
+             "padded": plan.buffer_rows - kept}
     return y_ND, stats
+
+
+def chunked(x_ND, ids_NK, w_NK, saliency_N, chunk: int, drop: str):
+    """The tokens as prefill chunks ``(x, ids, w, score, valid)``, each ``[n_chunks, chunk, ...]``: the
+    last chunk padded with invalid tokens; the overflow score is the saliency, or for ``drop=position``
+    minus the position in the chunk (the latest tokens drop first)."""
+    n = x_ND.shape[0]
+    pad = -n % chunk
+    padded = [jnp.pad(a, [(0, pad)] + [(0, 0)] * (a.ndim - 1)) for a in (x_ND, ids_NK, w_NK, saliency_N)]
+    score_N = padded[3] if drop == "saliency" else -(jnp.arange(n + pad) % chunk)
+    valid_N = jnp.arange(n + pad) < n
+    return tuple(a.reshape(-1, chunk, *a.shape[1:]) for a in (*padded[:3], score_N, valid_N))
 
 
 def host_experts(x_ND, ids_NK, w_NK, valid_N, experts, subset) -> np.ndarray:

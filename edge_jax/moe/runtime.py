@@ -21,7 +21,6 @@ So ``plan.calls`` expert calls per chunk are real dispatches (:attr:`LayerRuntim
 from __future__ import annotations
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 
 from edge_jax.bench.timing import time_interleaved
@@ -33,26 +32,14 @@ def _pack_fn(plan: LayerPlan):
     """Jitted ``(x_ND, ids_NK, score_N, valid_N) -> (buffers [G, C, d] per group, slot_A, kept_A)``."""
     def pack(x_ND, ids_NK, score_N, valid_N):
         slot_A, kept_A, _ = execute.pack(ids_NK, score_N, valid_N, plan)
-        _, t_A, _ = execute.flat_copies(ids_NK, ids_NK)
-        buf_RD = jnp.zeros((plan.buffer_rows + 1, x_ND.shape[-1]), x_ND.dtype).at[slot_A].set(x_ND[t_A])
-        bufs, row = [], 0
-        for group in plan.groups:
-            rows = len(group) * plan.capacity[group[0]]
-            bufs.append(buf_RD[row:row + rows].reshape(len(group), plan.capacity[group[0]], -1))
-            row += rows
-        return tuple(bufs), slot_A, kept_A
+        return tuple(execute.group_buffers(x_ND, ids_NK, slot_A, plan)), slot_A, kept_A
     return jax.jit(pack)
 
 
 @jax.jit
 def _scatter(x_ND, ys_GCD, slot_A, kept_A, w_NK, fallback_ND):
-    """Weighted scatter-add of the kept buffer rows to their tokens (dropped and padded rows read
-    the zero row past the buffer's end), plus the fallback experts' result (or None)."""
-    _, t_A, w_A = execute.flat_copies(w_NK, w_NK)
-    zero_1D = jnp.zeros((1, x_ND.shape[-1]), x_ND.dtype)
-    y_RD = jnp.concatenate([y.reshape(-1, x_ND.shape[-1]) for y in ys_GCD] + [zero_1D])
-    w_A = jnp.where(kept_A, w_A, 0)[:, None].astype(x_ND.dtype)
-    y_ND = jnp.zeros_like(x_ND).at[t_A].add(y_RD[slot_A] * w_A)
+    """:func:`~edge_jax.moe.execute.scatter_rows`, plus the fallback experts' result (or None)."""
+    y_ND = execute.scatter_rows(x_ND, ys_GCD, slot_A, kept_A, w_NK)
     return y_ND if fallback_ND is None else y_ND + fallback_ND
 
 
