@@ -1,4 +1,4 @@
-"""``edge-jax`` command line: train | eval | grid | bench | params | moe | analyze.
+"""``edge-jax`` command line: train | eval | grid | bench | params | moe | cache | analyze.
 
 Config options follow big_vision: ``--config configs/lm.py:size=tiny --config.train.steps=200``.
 Errors a user can fix are printed as one line (``edge-jax: error: ...``) with exit status 2.
@@ -126,6 +126,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(fn=lambda a, o: bench_command.run(a, o))
     from edge_jax.moe import command as moe_command
     moe_command.add_arguments(sub)
+    from edge_jax.cache_sim import command as cache_command
+    cache_command.add_arguments(sub)
     p = sub.add_parser("analyze", help="analyses of trained workdirs")
     analyses = p.add_subparsers(dest="analysis", required=True)
     p = analyses.add_parser("logit-lens", help="per-layer KL of early-exit predictions vs the final output")
@@ -160,7 +162,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         rest, overrides = _split_config_overrides(argv)
         args = parser.parse_args(rest)
-        takes_overrides = args.command in ("train", "params", "bench", "moe") or getattr(args, "analysis", "") == "kv-cache"
+        takes_overrides = args.command in ("train", "params", "bench", "moe", "cache") or getattr(args, "analysis", "") == "kv-cache"
         if overrides and not takes_overrides:
             raise ConfigError(f"--config.* overrides do not apply to `{args.command}`"
                               + ("; use --set KEY=VALUE" if args.command == "grid" else ""))

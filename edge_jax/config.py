@@ -191,8 +191,25 @@ def load_config(spec: str, overrides: Mapping[str, Any] | Iterable[str] = ()) ->
         raise ConfigError(f"config file {path!r} defines no get_config(arg); add one")
     c = module.get_config(arg or None)
     apply_overrides(c, overrides)
-    validate(c)
+    if is_cache_sim(c):
+        from edge_jax.cache_sim.config import validate as validate_cache_sim
+        validate_cache_sim(c)
+    else:
+        validate(c)
     return c
+
+
+def is_cache_sim(c) -> bool:
+    """Whether ``c`` is an expert-cache simulation config (edge_jax.cache_sim.config), not an LM one."""
+    return c.get("task", "") == "cache_sim"
+
+
+def schema_defaults(c) -> ml_collections.ConfigDict:
+    """The schema ``c`` follows, at its defaults."""
+    if is_cache_sim(c):
+        from edge_jax.cache_sim.config import base_config as cache_sim_config
+        return cache_sim_config()
+    return base_config()
 
 
 def _choice(key: str, value: str, valid: Iterable[str]):

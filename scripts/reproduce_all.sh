@@ -8,6 +8,10 @@ seeds=${2:-2}
 bash scripts/setup.sh
 status=0
 for ablation in ablations/*.py; do
+  if ! .venv/bin/edge-jax grid "$ablation" --preset "$preset" --list > /dev/null 2>&1; then
+    echo "== $ablation: no preset $preset, skipped"
+    continue
+  fi
   echo "== $ablation ($preset, $seeds seeds)"
   .venv/bin/edge-jax grid "$ablation" --preset "$preset" --seeds "$seeds" || status=1
 done

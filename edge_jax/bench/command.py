@@ -9,6 +9,7 @@ BENCHMARKS = {
     "mla-decode": "edge_jax.bench.mla_decode",
     "long-context": "edge_jax.bench.long_context",
     "moe": "edge_jax.bench.moe",
+    "cache-sim": "edge_jax.bench.cache_sim",
 }
 DEFAULT_REPEATS = {"long-context": 1}  # --repeats when not given (5 for the others)
 DEFAULT_CHUNK = {"moe": 512}  # --chunk when not given (2048 for the others)
@@ -62,6 +63,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--chunks", type=int, default=4, help="prefill chunks per timed round")
     g.add_argument("--zipf", type=float, default=1.0, help="router skew: expert popularity ~ 1 / rank^zipf")
     g.add_argument("--group", type=int, default=4, help="experts per grouped call")
+    g = parser.add_argument_group("cache-sim", "accesses per second of every expert-cache policy on a synthetic "
+                                  "trace. Also takes --layers (default 4), --experts, --top-k, --json")
+    g.add_argument("--accesses", type=int, default=1_000_000, help="accesses to replay (tokens x layers x top-k)")
+    g.add_argument("--vram", type=float, default=0.2, help="VRAM capacity, fraction of all experts' bytes")
+    g.add_argument("--ram", type=float, default=0.6, help="RAM capacity, fraction of all experts' bytes")
+    g.add_argument("--profile", default="pcie4-nvme", help="device profile preset (pcie4-nvme, phone)")
 
 
 def run(args, overrides) -> int:

@@ -81,6 +81,10 @@ def workdir(out: str | Path, unit: Unit) -> Path:
 
 
 def _default_train_fn(config, wd: str) -> dict:
+    from edge_jax.config import is_cache_sim
+    if is_cache_sim(config):
+        from edge_jax.cache_sim.experiment import run_experiment
+        return run_experiment(config, wd)
     from edge_jax.train.loop import train_and_evaluate
     return train_and_evaluate(config, wd)
 

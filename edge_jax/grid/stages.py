@@ -52,11 +52,11 @@ def references(overrides: dict) -> list[str]:
 def stage_dir(root: Path, name: str, config) -> Path:
     """``root/_stages/<name>-<hash>``: the hash covers every config key that differs from its schema
     default (so keys added to the schema later, at their defaults, leave trained stages where they are)."""
-    from edge_jax.config import base_config, flatten
+    from edge_jax.config import flatten, schema_defaults
 
     def flat(c):
         return flatten(json.loads(json.dumps(c.to_dict(), default=str)))
-    defaults = flat(base_config())
+    defaults = flat(schema_defaults(config))
     kept = {k: v for k, v in flat(config).items()
             if k not in HASH_IGNORED and k != "seed" and (k not in defaults or defaults[k] != v)}
     digest = hashlib.sha1(json.dumps(kept, sort_keys=True).encode()).hexdigest()[:10]

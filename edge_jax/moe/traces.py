@@ -221,34 +221,3 @@ def _load(path: Path) -> RoutingTrace:
                          top_k=header["top_k"], meta=header.get("meta", {}),
                          embeddings=arrays.pop("embeddings", None), **arrays)
     return trace.validate()
-
-
-def synthetic_trace(n_tokens: int, n_layers: int, n_experts: int, top_k: int, seed: int = 0,
-                    vocab: int = 256, d_embed: int = 16, zipf: float = 1.1,
-                    n_seqs: int | None = None) -> RoutingTrace:
-    """A seeded random trace: per layer, expert popularity ~ Zipf(`zipf`) under a random permutation.
-
-    Router logits are log-popularity plus Gumbel noise, so each token's top-k is a popularity-weighted
-    draw without replacement and `probs` is their softmax over all experts. ``d_embed=0`` records no
-    embeddings; `n_seqs` defaults to one sequence per 128 tokens.
-    """
-    rng = np.random.default_rng(seed)
-    experts = np.empty((n_tokens, n_layers, top_k), np.int16)
-    probs = np.empty((n_tokens, n_layers, top_k), np.float32)
-    base = -zipf * np.log(np.arange(1, n_experts + 1))
-    for layer in range(n_layers):
-        logits = rng.permutation(base) + rng.gumbel(size=(n_tokens, n_experts))
-        top = np.argsort(-logits, axis=-1)[:, :top_k]
-        soft = np.exp(logits - logits.max(-1, keepdims=True))
-        soft /= soft.sum(-1, keepdims=True)
-        experts[:, layer] = top
-        probs[:, layer] = np.take_along_axis(soft, top, axis=-1)
-    s = max(1, n_tokens // 128) if n_seqs is None else n_seqs
-    s = min(s, n_tokens)
-    cuts = np.sort(rng.choice(np.arange(1, n_tokens), size=max(s - 1, 0), replace=False))
-    starts = np.concatenate([[0], cuts]).astype(np.int64) if n_tokens else np.zeros(0, np.int64)
-    emb = rng.standard_normal((vocab, d_embed)).astype(np.float32) if d_embed else None
-    return RoutingTrace(tokens=rng.integers(0, vocab, n_tokens, dtype=np.int32), seq_starts=starts,
-                        experts=experts, probs=probs, layers=tuple(range(n_layers)),
-                        n_experts=n_experts, top_k=top_k, embeddings=emb,
-                        meta={"source": "synthetic", "seed": seed, "zipf": zipf})

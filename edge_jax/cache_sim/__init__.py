@@ -1,0 +1,1 @@
+"""Two-tier MoE expert cache: simulator, predictors, policies."""
