@@ -27,6 +27,7 @@ def run(args, overrides) -> str:
     from edge_jax.cache_sim.engine import Simulator
     from edge_jax.cache_sim.experiment import make_policy
     from edge_jax.cache_sim.profile import build_profile, capacities
+    from edge_jax.cache_sim.scoutgate import k_hot
     from edge_jax.cache_sim.synthetic import synthetic_routing
     if overrides:
         raise ConfigError("--config.* overrides do not apply to cache-sim; use its flags (--accesses, --layers, ...)")
@@ -40,9 +41,7 @@ def run(args, overrides) -> str:
     prof = build_profile(c.profile, layers, experts)
     cap_g, cap_r = capacities(prof, args.vram, args.ram, k)
     rng = np.random.default_rng(0)
-    scout = np.zeros((n_tokens, layers, experts), np.float32)
-    np.put_along_axis(scout, trace.experts.astype(np.int64), 1.0, axis=-1)
-    scout = 0.6 * scout + 0.4 * rng.random(scout.shape, dtype=np.float32)
+    scout = 0.6 * k_hot(trace.experts, experts) + 0.4 * rng.random((n_tokens, layers, experts), dtype=np.float32)
     rows = []
     for name in POLICIES:
         c.cache.policy = name

@@ -33,9 +33,9 @@ def add_arguments(sub) -> None:
 
 def _run(args, overrides) -> int:
     from edge_jax.cache_sim.experiment import run_experiment
-    from edge_jax.config import load_config
+    from edge_jax.config import is_cache_sim, load_config
     c = load_config(args.config, overrides)
-    if c.get("task", "") != "cache_sim":
+    if not is_cache_sim(c):
         raise ConfigError(f"{args.config} is not an expert-cache config (task=cache_sim); use configs/cache.py")
     metrics = run_experiment(c, args.workdir)
     print(json.dumps({k: (round(v, 6) if isinstance(v, float) else v) for k, v in metrics.items()}, indent=1))

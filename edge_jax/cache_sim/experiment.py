@@ -79,14 +79,14 @@ def _train_metrics(info: dict) -> dict:
 
 def ewma_probs(experts_NLK: np.ndarray, n_experts: int, alpha: float, p0: float) -> np.ndarray:
     """float32 [N, L, E]: each layer's EWMA just before that token's layer runs (what it predicts)."""
+    from edge_jax.cache_sim.watermark import ewma_update
     n, L, k = experts_NLK.shape
     out = np.empty((n, L, n_experts), np.float32)
     state = np.full((L, n_experts), p0 if p0 >= 0 else k / n_experts)
     rows = np.arange(L)[:, None]
     for i in range(n):
         out[i] = state
-        state *= 1 - alpha
-        state[rows, experts_NLK[i]] += alpha
+        ewma_update(state, (rows, experts_NLK[i]), alpha)
     return out
 
 

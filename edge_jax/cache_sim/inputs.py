@@ -31,13 +31,16 @@ def load_trace(c) -> RoutingTrace:
     return read_trace(trace_path(c))
 
 
-def span(trace: RoutingTrace, first_seq: int, last_seq: int) -> RoutingTrace:
-    """Sequences [first_seq, last_seq) of ``trace`` as a trace of their own."""
+def span(trace: RoutingTrace, first_seq: int, last_seq: int, max_tokens: int = 0) -> RoutingTrace:
+    """Sequences [first_seq, last_seq) of ``trace`` as a trace of their own, cut after ``max_tokens``
+    tokens when positive."""
     bounds = list(trace.seq_starts) + [trace.n_tokens]
     lo, hi = int(bounds[first_seq]), int(bounds[last_seq])
+    if max_tokens:
+        hi = min(hi, lo + max_tokens)
+    starts = np.asarray(trace.seq_starts[first_seq:last_seq], np.int64) - lo
     return dataclasses.replace(trace, tokens=trace.tokens[lo:hi], experts=trace.experts[lo:hi],
-                               probs=trace.probs[lo:hi],
-                               seq_starts=np.asarray(trace.seq_starts[first_seq:last_seq], np.int64) - lo,
+                               probs=trace.probs[lo:hi], seq_starts=starts[starts < hi - lo],
                                meta={**trace.meta, "span_tokens": [lo, hi]})
 
 
@@ -48,9 +51,4 @@ def split_trace(trace: RoutingTrace, eval_fraction: float, max_tokens: int = 0) 
     if n_seqs < 2:
         raise ConfigError(f"the trace has {n_seqs} sequence(s); a train/eval split needs at least 2")
     cut = min(max(1, int(round(n_seqs * (1 - eval_fraction)))), n_seqs - 1)
-    train, evaluation = span(trace, 0, cut), span(trace, cut, n_seqs)
-    if max_tokens and evaluation.n_tokens > max_tokens:
-        evaluation = dataclasses.replace(evaluation, tokens=evaluation.tokens[:max_tokens],
-                                         experts=evaluation.experts[:max_tokens], probs=evaluation.probs[:max_tokens],
-                                         seq_starts=evaluation.seq_starts[evaluation.seq_starts < max_tokens])
-    return train, evaluation
+    return span(trace, 0, cut), span(trace, cut, n_seqs, max_tokens)

@@ -3,11 +3,11 @@ the stall-vs-capacity plot (``cache_policies``) and the watermark sensitivity ta
 (``cache_sensitivity``). Called by ``edge-jax grid`` as the grids' ``post`` step."""
 from __future__ import annotations
 
-import math
 from collections import defaultdict
 from pathlib import Path
 
 from edge_jax.atomic import save_figure_atomic, write_text_atomic
+from edge_jax.grid.tables import stat
 
 POLICIES = ("fifo", "lru", "lfu", "ewma", "scoutgate", "watermark", "belady")
 GOAL_VRAM = (0.2, 0.3)            # the issue's goal: real traces at 20-30% VRAM
@@ -18,16 +18,11 @@ def _trace(config: dict) -> str:
     return "synthetic" if config["trace"]["source"] == "synthetic" else "real"
 
 
-def _mean_std(values: list[float]) -> tuple[float, float | None]:
-    m = sum(values) / len(values)
-    s = math.sqrt(sum((v - m) ** 2 for v in values) / (len(values) - 1)) if len(values) > 1 else None
-    return m, s
-
-
 def _fmt(values: list[float], digits: int = 2) -> str:
     if not values:
         return "—"
-    m, s = _mean_std(values)
+    st = stat(values)
+    m, s = st.mean, st.std
     return f"{m:.{digits}f}" + (f" ± {s:.{digits}f}" if s is not None else "")
 
 
@@ -94,9 +89,9 @@ def goal_lines(data: dict) -> list[str]:
         if not lru or not bel:
             lines.append(f"- VRAM {v:.0%}: not run")
             continue
-        ok_l, ok_b = _mean_std(lru)[0] <= GOAL_LRU, _mean_std(bel)[0] <= GOAL_BELADY
-        lines.append(f"- VRAM {v:.0%}: watermark / LRU = {_mean_std(lru)[0]:.3f} ({'PASS' if ok_l else 'FAIL'}), "
-                     f"watermark / Belady = {_mean_std(bel)[0]:.3f} ({'PASS' if ok_b else 'FAIL'})")
+        ok_l, ok_b = stat(lru).mean <= GOAL_LRU, stat(bel).mean <= GOAL_BELADY
+        lines.append(f"- VRAM {v:.0%}: watermark / LRU = {stat(lru).mean:.3f} ({'PASS' if ok_l else 'FAIL'}), "
+                     f"watermark / Belady = {stat(bel).mean:.3f} ({'PASS' if ok_b else 'FAIL'})")
     return lines + [""]
 
 
@@ -107,7 +102,7 @@ def _plot(data: dict, traces: list[str], path: Path) -> None:
     fig, axes = plt.subplots(1, len(traces), figsize=(5.5 * len(traces), 4), squeeze=False)
     for ax, trace in zip(axes[0], traces):
         for p in POLICIES:
-            pts = sorted((v, _mean_std([m["stall_ms_per_token"] for m in seeds.values()])[0])
+            pts = sorted((v, stat([m["stall_ms_per_token"] for m in seeds.values()]).mean)
                          for (t, v, q), seeds in data.items() if t == trace and q == p and seeds)
             if pts:
                 ax.plot([100 * v for v, _ in pts], [s for _, s in pts], marker="o",
@@ -156,7 +151,7 @@ def write_sensitivity_report(grid, records: list[dict], out) -> list[Path]:
     import matplotlib.pyplot as plt
     fig, axes = plt.subplots(1, max(len(series), 1), figsize=(4 * max(len(series), 1), 3.5), squeeze=False)
     for ax, (name, pts) in zip(axes[0], series.items()):
-        ax.plot([v for v, _ in pts], [_mean_std(s)[0] for _, s in pts], marker="o")
+        ax.plot([v for v, _ in pts], [stat(s).mean for _, s in pts], marker="o")
         ax.set(xlabel=name, ylabel="stall (ms/token)", xscale="symlog" if name == "watermark_step" else "linear")
         ax.grid(alpha=0.3)
     fig.tight_layout()

@@ -31,6 +31,12 @@ import numpy as np
 from edge_jax.cache_sim.engine import Policy
 
 
+def ewma_update(p: np.ndarray, hits, alpha: float) -> None:
+    """In place, on the layer-local clock: p <- (1 - alpha) p + alpha 1{hit} (``hits`` indexes ``p``)."""
+    p *= 1.0 - alpha
+    p[hits] += alpha
+
+
 class Watermark(Policy):
     prefetches = True
 
@@ -69,9 +75,7 @@ class Watermark(Policy):
                 self.ewma[:] = self.k / self.E
             self.bbar = {"vram": float(self.dens_g.mean()) * self.k / self.E,
                          "ram": float(self.dens_r.mean()) * self.k / self.E}
-        row = self.ewma[layer]
-        row *= 1.0 - self.alpha
-        row[objs - layer * self.E] += self.alpha
+        ewma_update(self.ewma[layer], objs - layer * self.E, self.alpha)
         nxt_layer = (layer + 1) % self.L
         nxt_token = min(token + (nxt_layer == 0), self.n_tokens - 1)
         p = self.ewma if self.eta == 0 else (1 - self.eta) * self.ewma + self.eta * self.scout[nxt_token]
