@@ -7,7 +7,7 @@ LFU, EWMA-only, ScoutGate-only, the fused watermark policy, Belady's bound). rep
 capacity x policy tables with the watermark / LRU and watermark / Belady ratios and the goal check;
 stall.png plots stall against capacity, one line per policy.
 """
-from edge_jax.grid.cache import (
+from edge_jax.papers.expert_cache.grid import (
     BASE,
     EXTRA_METRICS,
     METRIC,
@@ -29,4 +29,4 @@ def get_grid(preset: str) -> dict:
     return {"name": "cache_policies", "title": "Two-tier MoE expert cache: stall vs VRAM capacity per policy",
             "base": BASE, "base_overrides": {}, "stages": stages(), "cells": cells, "metric": METRIC,
             "lower_is_better": True, "extra_metrics": EXTRA_METRICS, "paper": PAPER, "notes": NOTES,
-            "post": "edge_jax.cache_sim.report:write_policy_report"}
+            "post": "edge_jax.papers.expert_cache.report:write_policy_report"}

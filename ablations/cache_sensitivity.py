@@ -5,7 +5,7 @@ Belady's bound.
 
     edge-jax grid ablations/cache_sensitivity.py --seeds 2
 """
-from edge_jax.grid.cache import (
+from edge_jax.papers.expert_cache.grid import (
     BASE,
     EXTRA_METRICS,
     METRIC,
@@ -31,4 +31,4 @@ def get_grid(preset: str) -> dict:
     return {"name": "cache_sensitivity", "title": "Watermark policy sensitivity to eta, gamma, step and hysteresis "
             "(real trace, 20% VRAM)", "base": BASE, "base_overrides": {}, "stages": stages(), "cells": cells,
             "metric": METRIC, "lower_is_better": True, "extra_metrics": EXTRA_METRICS, "paper": PAPER,
-            "notes": NOTES, "post": "edge_jax.cache_sim.report:write_sensitivity_report"}
+            "notes": NOTES, "post": "edge_jax.papers.expert_cache.report:write_sensitivity_report"}

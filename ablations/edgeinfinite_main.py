@@ -6,7 +6,7 @@ Cells are evaluation only; the base LM and the gate are the grid's stages (train
 with edgeinfinite_tokens). The table ranks cells by the gold answer's NLL with exact match beside it;
 categories.md (post hook) has every category beside the LongBench category it stands in for.
 """
-from edge_jax.grid.edgeinfinite import TABLE1, baseline_cell, edgeinfinite_cell, grid
+from edge_jax.papers.edgeinfinite.grid import TABLE1, baseline_cell, edgeinfinite_cell, grid
 
 
 def get_grid(preset: str) -> dict:

@@ -5,7 +5,7 @@
 One trained gate per seed (the shared stage); the cells switch the tokens off at inference only
 (model.infini_keep_window / infini_keep_sink). "full" is the edgeinfinite cell of edgeinfinite_main.
 """
-from edge_jax.grid.edgeinfinite import TABLE2, edgeinfinite_cell, grid
+from edge_jax.papers.edgeinfinite.grid import TABLE2, edgeinfinite_cell, grid
 
 
 def get_grid(preset: str) -> dict:

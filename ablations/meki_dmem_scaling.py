@@ -7,7 +7,7 @@ tiny preset takes the two ends and the middle of that range (0.5x, 1x, 1.5x of i
 points to keep the CPU grid short; the paper preset has all five. Memory size = L * |V| * d_mem (§5.4). After
 the grid, ``post`` fits val_loss = a + b * ln(memory size) and writes fit.md and scaling.png.
 """
-from edge_jax.grid.meki import meki_grid
+from edge_jax.papers.meki.grid import meki_grid
 
 D_MEM = {"tiny": (32, 64, 96), "paper": (64, 96, 128, 160, 192)}
 
@@ -22,5 +22,5 @@ def get_grid(preset: str) -> dict:
                "source": "MeKi §5.4, Fig. 6", "values": {c: None for c in cells},
                "order": [f"d_mem_{d}" for d in reversed(dims)]},
         notes="The paper reports loss falling log-linearly with memory size; ordering = larger memory better.")
-    grid["post"] = "edge_jax.analysis.scaling:write_memory_fit"
+    grid["post"] = "edge_jax.papers.meki.scaling:write_memory_fit"
     return grid

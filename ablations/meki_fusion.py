@@ -2,7 +2,7 @@
 
     edge-jax grid ablations/meki_fusion.py --preset tiny --seeds 2
 """
-from edge_jax.grid.meki import MEKI, meki_grid
+from edge_jax.papers.meki.grid import MEKI, meki_grid
 
 
 def get_grid(preset: str) -> dict:

@@ -4,7 +4,7 @@
 
 Tiny: d_model 128 and 192 (d_mem 64 and 96). Paper: Qwen3-0.6B and -1.7B shapes, d_mem 128 and 256.
 """
-from edge_jax.grid.meki import (
+from edge_jax.papers.meki.grid import (
     BASELINE,
     MEKI,
     PAPER_1P7B,

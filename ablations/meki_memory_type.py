@@ -2,7 +2,7 @@
 
     edge-jax grid ablations/meki_memory_type.py --preset tiny --seeds 2
 """
-from edge_jax.grid.meki import BASELINE, MEKI, ZERO_SHOT, meki_grid
+from edge_jax.papers.meki.grid import BASELINE, MEKI, ZERO_SHOT, meki_grid
 
 
 def get_grid(preset: str) -> dict:

@@ -5,7 +5,7 @@
 parallel_ffn (eq. 8) and parallel_attn share the FFN's / attention's pre-norm; after_attn and
 after_ffn are sequential residual sub-blocks with their own pre-norm (see models/decoder.py).
 """
-from edge_jax.grid.meki import MEKI, ZERO_SHOT, meki_grid
+from edge_jax.papers.meki.grid import MEKI, ZERO_SHOT, meki_grid
 
 
 def get_grid(preset: str) -> dict:

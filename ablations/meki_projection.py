@@ -4,7 +4,7 @@
 
 Both fold into the same table, so inference cost is identical; only training FLOPs differ.
 """
-from edge_jax.grid.meki import MEKI, meki_grid
+from edge_jax.papers.meki.grid import MEKI, meki_grid
 
 
 def get_grid(preset: str) -> dict:

@@ -8,7 +8,7 @@ base) above its calibrated load; +grouping runs same-tier experts 4 to a call; +
 keeps the popular half of the experts in static groups and runs the other half exactly on the
 host CPU fallback.
 """
-from edge_jax.grid.npumoe import ABLATION, cell, grid
+from edge_jax.papers.npumoe.grid import ABLATION, cell, grid
 
 CELLS = {name: cell(**{k.split(".", 1)[1]: v for k, v in moe.items()}) for name, moe in ABLATION.items()}
 

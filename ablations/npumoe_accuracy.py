@@ -9,7 +9,7 @@ for comparison, by position (the latest tokens of a chunk first, as GShard-style
 The full NPUMoE plan ("npumoe_all") is there too. The metric is the change in next-token accuracy
 (points) on the validation batches against the same weights run dropless; drop % is beside it.
 """
-from edge_jax.grid.npumoe import ABLATION, cell, grid
+from edge_jax.papers.npumoe.grid import ABLATION, cell, grid
 
 CAPACITIES = (96, 128, 160)
 CELLS = {f"c{c}_{drop}": cell(strategy="uniform", capacity=c, group=16, drop=drop)

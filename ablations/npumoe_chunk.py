@@ -5,7 +5,7 @@
 Capacities scale with the chunk (base = chunk * k / E); each cell calibrates its own plan (tiers,
 groups of 4, residency).
 """
-from edge_jax.grid.npumoe import ABLATION, cell, grid
+from edge_jax.papers.npumoe.grid import ABLATION, cell, grid
 
 CHUNKS = (128, 256, 512, 1024)
 ALL = {k.split(".", 1)[1]: v for k, v in ABLATION["all"].items()}

@@ -7,7 +7,7 @@ Every expert gets the same fixed capacity per 512-token prefill chunk (moe.strat
 saliency. The paper's per-token latencies (PhiMoE, 16 experts, top-2, M2 Ultra) are given where
 its text states them.
 """
-from edge_jax.grid.npumoe import cell, grid
+from edge_jax.papers.npumoe.grid import cell, grid
 
 GROUPS = (1, 4, 8, 16)
 CAPACITIES = (16, 32, 64, 96, 128)

@@ -6,7 +6,7 @@ Each cell trains PLM with another FFN (at matched parameters), then Algorithm 1 
 fraction of FFN activations that can be zeroed (smallest |a| first) for a perplexity increase of at
 most 1. The post hook draws Fig. 11 (perplexity increase against the masked fraction).
 """
-from edge_jax.grid.plm import base, notes, variant
+from edge_jax.papers.plm.grid import base, notes, variant
 
 
 def get_grid(preset: str) -> dict:
@@ -26,5 +26,5 @@ def get_grid(preset: str) -> dict:
             "is the highest of them (Yulan-Mini). ReLU and GELU are not in the paper. zero_fraction is the "
             "share of activations that are exactly zero with nothing masked; executed_fraction is Table 14's "
             "last column (parameters still multiplied after masking / all parameters).")),
-        "post": "edge_jax.analysis.sparsity_report:write_sparsity_curves",
+        "post": "edge_jax.papers.plm.sparsity_report:write_sparsity_curves",
     }

@@ -6,7 +6,7 @@ The table compares validation loss; the post hook measures, on each trained cell
 bytes per token from the real cache arrays and greedy decode tokens/s at several context lengths
 (one process, cells one after another), beside Table 13's decode speeds.
 """
-from edge_jax.grid.plm import base, notes, variant
+from edge_jax.papers.plm.grid import base, notes, variant
 
 
 def get_grid(preset: str) -> dict:
@@ -25,5 +25,5 @@ def get_grid(preset: str) -> dict:
             "is the ordering compared here (MHA is not ordered). GQA keeps n_heads/2 KV heads, MHA one per "
             "query head. Decode speed and cache bytes are in decode.md (post hook); PLM's Table 13 gives "
             "PLM (MLA) 86.2 vs Fox (GQA) 67.8 decode tokens/s at Q8 on an A10.")),
-        "post": "edge_jax.analysis.kv_cache:write_attention_report",
+        "post": "edge_jax.papers.plm.kv_cache:write_attention_report",
     }

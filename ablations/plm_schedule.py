@@ -7,7 +7,7 @@ peak, decay to 3e-5, then a constant tail. Its three pre-training phases use 1.6
 tokens (PLM Tables 2-4; 2.48T in all), which fix the fractions of the run spent decaying
 (550/2480) and in the tail (280/2480); configs/plm.py sets them (models/presets.py WSDC).
 """
-from edge_jax.grid.plm import base, notes
+from edge_jax.papers.plm.grid import base, notes
 
 NOTES = (
     "PLM reports no numbers comparing schedules and states no explicit ranking: it "

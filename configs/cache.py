@@ -9,9 +9,9 @@ results/npumoe_traces/seed{seed}/pystdlib_validation.npz, 65,536 held-out tokens
 of 16 experts; synthetic: a seeded trace of the same shape with Zipf popularity, bursts and phase
 shifts), policy (fifo, lru, lfu, ewma, scoutgate, watermark, belady, none), vram and ram (fractions of
 all experts' bytes; RAM fixed at 0.6 in the grids), profile (pcie4-nvme, phone). Every key of
-edge_jax/cache_sim/config.py can be overridden with --config.KEY=VALUE.
+edge_jax/papers/expert_cache/config.py can be overridden with --config.KEY=VALUE.
 """
-from edge_jax.cache_sim.config import base_config
+from edge_jax.papers.expert_cache.config import base_config
 from edge_jax.config import parse_arg
 
 REAL_TRACE = "results/npumoe_traces/seed{seed}/pystdlib_validation.npz"

@@ -13,7 +13,7 @@ hide a |V| x d_mem memory. Validation loss is on pystdlib (the first part); afte
 held-out facts questions are answered greedily for exact-match recall.
 """
 from edge_jax.config import ConfigError, parse_arg
-from edge_jax.data.ngram_hash import engram_placement
+from edge_jax.layers.memory.ngram_hash import engram_placement
 from edge_jax.models.presets import MEKI_PAPER, sized_config
 
 MEMORIES = ("meki", "ple", "engram", "none")

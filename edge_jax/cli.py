@@ -56,7 +56,7 @@ def _cmd_params(args, overrides) -> int:
 
 
 def _cmd_analyze_logit_lens(args, overrides) -> int:
-    from edge_jax.analysis.logit_lens import run_logit_lens
+    from edge_jax.papers.meki.logit_lens import run_logit_lens
     if args.label and len(args.label) != len(args.workdir):
         raise ConfigError(f"{len(args.label)} --label for {len(args.workdir)} --workdir; give one per workdir or none")
     if len(set(args.label)) != len(args.label):
@@ -71,8 +71,8 @@ def _cmd_analyze_logit_lens(args, overrides) -> int:
 
 
 def _cmd_analyze_sparsity(args, overrides) -> int:
-    from edge_jax.analysis.sparsity import check_ratios
-    from edge_jax.analysis.sparsity_report import run_sparsity
+    from edge_jax.papers.plm.sparsity import check_ratios
+    from edge_jax.papers.plm.sparsity_report import run_sparsity
     try:
         ratios = check_ratios(args.ratios.split(",")) if args.ratios else None
     except ValueError as e:
@@ -90,7 +90,7 @@ def _cmd_analyze_sparsity(args, overrides) -> int:
 
 
 def _cmd_analyze_kv_cache(args, overrides) -> int:
-    from edge_jax.analysis.kv_cache import kv_cache_report
+    from edge_jax.papers.plm.kv_cache import kv_cache_report
     from edge_jax.config import load_config
     if args.tokens < 0 or args.bits < 0 or args.batch <= 0:
         raise ConfigError(f"--tokens and --bits must be >= 0 and --batch positive, got {args.tokens}, "
@@ -124,9 +124,9 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("bench", help="benchmarks that print ratios measured in one run")
     bench_command.add_arguments(p)
     p.set_defaults(fn=lambda a, o: bench_command.run(a, o))
-    from edge_jax.moe import command as moe_command
+    from edge_jax.papers.npumoe import command as moe_command
     moe_command.add_arguments(sub)
-    from edge_jax.cache_sim import command as cache_command
+    from edge_jax.papers.expert_cache import command as cache_command
     cache_command.add_arguments(sub)
     p = sub.add_parser("analyze", help="analyses of trained workdirs")
     analyses = p.add_subparsers(dest="analysis", required=True)
@@ -172,8 +172,8 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     except Exception as e:  # errors that carry their own one-line fix
         from edge_jax.data import DataError
-        from edge_jax.moe.calibrate import CalibrationError
-        from edge_jax.moe.traces import TraceError
+        from edge_jax.papers.npumoe.calibrate import CalibrationError
+        from edge_jax.papers.npumoe.traces import TraceError
         from edge_jax.train.loop import TrainingError
         if isinstance(e, (DataError, TrainingError, CalibrationError, TraceError)):
             print(f"edge-jax: error: {e}", file=sys.stderr)

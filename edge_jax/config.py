@@ -192,7 +192,7 @@ def load_config(spec: str, overrides: Mapping[str, Any] | Iterable[str] = ()) ->
     c = module.get_config(arg or None)
     apply_overrides(c, overrides)
     if is_cache_sim(c):
-        from edge_jax.cache_sim.config import validate as validate_cache_sim
+        from edge_jax.papers.expert_cache.config import validate as validate_cache_sim
         validate_cache_sim(c)
     else:
         validate(c)
@@ -200,14 +200,14 @@ def load_config(spec: str, overrides: Mapping[str, Any] | Iterable[str] = ()) ->
 
 
 def is_cache_sim(c) -> bool:
-    """Whether ``c`` is an expert-cache simulation config (edge_jax.cache_sim.config), not an LM one."""
+    """Whether ``c`` is an expert-cache simulation config (edge_jax.papers.expert_cache.config), not an LM one."""
     return c.get("task", "") == "cache_sim"
 
 
 def schema_defaults(c) -> ml_collections.ConfigDict:
     """The schema ``c`` follows, at its defaults."""
     if is_cache_sim(c):
-        from edge_jax.cache_sim.config import base_config as cache_sim_config
+        from edge_jax.papers.expert_cache.config import base_config as cache_sim_config
         return cache_sim_config()
     return base_config()
 

@@ -1,6 +1,8 @@
 """Test setup: 8 simulated CPU devices (for the sharding tests) and a shared tiny config."""
 import os
+import sys
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # `from helpers import ...` from any subfolder
 os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=8")
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 

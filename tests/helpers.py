@@ -1,4 +1,4 @@
-"""Shared test helpers (importable from any test module: pytest puts tests/ on sys.path)."""
+"""Shared test helpers (importable from any test module: conftest.py puts tests/ on sys.path)."""
 import flax.linen as nn
 import jax
 import numpy as np

@@ -5,11 +5,11 @@ import argparse
 
 BENCHMARKS = {
     "train-step": "edge_jax.bench.train_step",
-    "meki-decode": "edge_jax.bench.meki_decode",
-    "mla-decode": "edge_jax.bench.mla_decode",
-    "long-context": "edge_jax.bench.long_context",
-    "moe": "edge_jax.bench.moe",
-    "cache-sim": "edge_jax.bench.cache_sim",
+    "meki-decode": "edge_jax.papers.meki.bench",
+    "mla-decode": "edge_jax.papers.plm.bench",
+    "long-context": "edge_jax.papers.edgeinfinite.bench",
+    "moe": "edge_jax.papers.npumoe.bench",
+    "cache-sim": "edge_jax.papers.expert_cache.bench",
 }
 DEFAULT_REPEATS = {"long-context": 1}  # --repeats when not given (5 for the others)
 DEFAULT_CHUNK = {"moe": 512}  # --chunk when not given (2048 for the others)

@@ -10,7 +10,7 @@ import jax
 import numpy as np
 import optax
 
-from edge_jax.bench.timing import time_interleaved
+from edge_jax.utils.timing import time_interleaved
 from edge_jax.config import load_config
 from edge_jax.sharding import batch_sharding
 from edge_jax.train.setup import build

@@ -27,7 +27,7 @@ from typing import Iterable
 
 import numpy as np
 
-from edge_jax.atomic import write_bytes_atomic
+from edge_jax.utils.atomic import write_bytes_atomic
 from edge_jax.data.errors import DataError
 from edge_jax.data.sources import data_dir_default, resolve, resolve_cfg
 

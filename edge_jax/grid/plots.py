@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from edge_jax.atomic import save_figure_atomic
+from edge_jax.utils.atomic import save_figure_atomic
 from edge_jax.grid.spec import Grid
 
 

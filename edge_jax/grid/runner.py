@@ -27,7 +27,7 @@ import traceback
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
-from edge_jax.atomic import write_json_atomic, write_text_atomic
+from edge_jax.utils.atomic import write_json_atomic, write_text_atomic
 from edge_jax.grid.spec import Grid
 
 RECORD_VERSION = 1
@@ -83,7 +83,7 @@ def workdir(out: str | Path, unit: Unit) -> Path:
 def _default_train_fn(config, wd: str) -> dict:
     from edge_jax.config import is_cache_sim
     if is_cache_sim(config):
-        from edge_jax.cache_sim.experiment import run_experiment
+        from edge_jax.papers.expert_cache.experiment import run_experiment
         return run_experiment(config, wd)
     from edge_jax.train.loop import train_and_evaluate
     return train_and_evaluate(config, wd)

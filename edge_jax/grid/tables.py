@@ -15,7 +15,7 @@ import io
 import math
 from pathlib import Path
 
-from edge_jax.atomic import write_text_atomic
+from edge_jax.utils.atomic import write_text_atomic
 from edge_jax.grid.spec import Grid
 
 

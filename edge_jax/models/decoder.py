@@ -13,7 +13,7 @@ picks the feed-forward kind (``relu2``, ``relu``, ``gelu`` have no ``gate``).
 EdgeInfinite (``model.infini_hidden > 0``) adds ``layers_i/attn/memory_gate/{w1, b1, w2, b2, g}``
 (:mod:`edge_jax.layers.infini`).
 NPUMoE (``model.moe_experts > 0``) replaces ``layers_i/ffn`` by ``layers_i/moe/{router, gate, up, down}``
-(:mod:`edge_jax.layers.moe`) in ``moe_layers`` (default: all); ``moe_exec`` says how it executes.
+(:mod:`edge_jax.layers.moe.layer`) in ``moe_layers`` (default: all); ``moe_exec`` says how it executes.
 
 Token-indexed memories (``model.memory``):
     meki    layers_i/meki/expert/{memory, proj_*, alpha, beta, norm}, layers_i/meki/{gate, out, out_norm}
@@ -31,15 +31,15 @@ import flax.linen as nn
 import jax.numpy as jnp
 
 from edge_jax.layers.attention import GQAttention
-from edge_jax.layers.engram import Engram
+from edge_jax.layers.memory.engram import Engram
 from edge_jax.layers.ffn import FFN
 from edge_jax.layers.infini_attention import InfiniSpec
-from edge_jax.layers.meki import MeKi
+from edge_jax.layers.memory.meki import MeKi
 from edge_jax.layers.mla import MLAttention
-from edge_jax.layers.moe import MoE
+from edge_jax.layers.moe.layer import MoE
 from edge_jax.layers.norms import RMSNorm
-from edge_jax.layers.ple import PLEBlock, PLEInputs
-from edge_jax.moe.plan import MoEExec
+from edge_jax.layers.memory.ple import PLEBlock, PLEInputs
+from edge_jax.layers.moe.plan import MoEExec
 
 
 @dataclasses.dataclass(frozen=True)

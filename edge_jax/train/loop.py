@@ -10,7 +10,7 @@ from functools import partial
 import jax
 import numpy as np
 
-from edge_jax.atomic import write_json_atomic
+from edge_jax.utils.atomic import write_json_atomic
 from edge_jax.config import base_config, flatten, moe_needs_calibration
 from edge_jax.data import load_qa, make_eval_batches, make_train_iter
 from edge_jax.models.generate import answer_nll, exact_match
@@ -97,7 +97,7 @@ def train_and_evaluate(config, workdir: str, devices=None) -> dict:
         if cfg.init_from:
             state = state.replace(params=params_from(cfg.init_from, state.params, run.tokenizer, cfg))
     if moe_needs_calibration(cfg) and not run.model.cfg.moe_exec.plans:  # steps=0 (config validation)
-        from edge_jax.moe.evaluate import calibrate_run
+        from edge_jax.papers.npumoe.evaluate import calibrate_run
         run = calibrate_run(run, state.params, workdir if lead else None)[0]
     trained, total = trained_count(state.params, t.trainable)
     if lead:
@@ -147,10 +147,10 @@ def train_and_evaluate(config, workdir: str, devices=None) -> dict:
             result.update(question_answering(run, state.params, t.qa_questions))
         result.update(trained_params=trained, trained_fraction=trained / total)
         if cfg.longctx.method:
-            from edge_jax.analysis.longctx_eval import evaluate_longctx
+            from edge_jax.papers.edgeinfinite.longctx_eval import evaluate_longctx
             result.update(evaluate_longctx(run.model, state.params, run.tokenizer, cfg))
         if run.model.cfg.moe_experts:
-            from edge_jax.moe.evaluate import moe_metrics
+            from edge_jax.papers.npumoe.evaluate import moe_metrics
             result.update(moe_metrics(run, state.params, eval_batches, cfg.moe.time_batches))
         if t.sparsity_batches:
             result.update(activation_sparsity(run, state.params, eval_batches[:t.sparsity_batches], workdir, lead))
@@ -186,7 +186,7 @@ def question_answering(run, params, limit: int) -> dict:
 
 def activation_sparsity(run, params, batches, workdir: str, write: bool) -> dict:
     """PLM Algorithm 1 on ``batches``: scalar metrics; the whole sweep goes to ``workdir/sparsity.json``."""
-    from edge_jax.analysis.sparsity import sparsity_metrics
+    from edge_jax.papers.plm.sparsity import sparsity_metrics
     scalars, sweep = sparsity_metrics(run.model, params, batches)
     if write:
         write_json_atomic(os.path.join(workdir, "sparsity.json"), sweep)

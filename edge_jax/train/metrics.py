@@ -8,7 +8,7 @@ import os
 from tensorboardX import SummaryWriter
 from tqdm import tqdm
 
-from edge_jax.atomic import write_text_atomic
+from edge_jax.utils.atomic import write_text_atomic
 
 
 def read_jsonl(path: str) -> list[dict]:

@@ -7,7 +7,7 @@ import os
 
 import ml_collections
 
-from edge_jax.atomic import write_json_atomic
+from edge_jax.utils.atomic import write_json_atomic
 from edge_jax.config import ConfigError
 from edge_jax.data import get_tokenizer
 from edge_jax.models import DecoderLM, ModelConfig
@@ -70,7 +70,7 @@ def model_config(config, loads_LE=None) -> ModelConfig:
     cfg = ModelConfig.from_config(config.model)
     if not cfg.moe_experts:
         return cfg
-    from edge_jax.moe.setup import moe_exec
+    from edge_jax.papers.npumoe.setup import moe_exec
     return dataclasses.replace(cfg, moe_exec=moe_exec(config, loads_LE))
 
 

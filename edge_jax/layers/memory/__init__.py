@@ -1,0 +1,1 @@
+"""Token-indexed memories beside the transformer: MeKi, PLE, Engram."""

@@ -1,0 +1,101 @@
+"""Engram: hashed n-gram memory (Cheng et al. 2026, "Conditional memory via scalable lookup"),
+the second baseline of MeKi Table 2.
+
+At each chosen layer, before attention, for position ``t`` with residual state ``h_t`` (d_model
+``D``) and the ``N = len(orders) * heads`` row ids hashed on the host
+(:func:`edge_jax.layers.memory.ngram_hash.ngram_hash_ids`)::
+
+    e_t     = concat_i  M[id_{t,i}]                  M: [sum(sizes), d_head] ("ngram", "mem"), ROM
+    k_t     = W_k e_t,   v_t = W_v e_t               W_k, W_v: N*d_head -> D, no biases
+    s_t     = <RMSNorm_q(h_t), RMSNorm_k(k_t)> / sqrt(D)
+    alpha_t = sigmoid( sign(s_t) * sqrt(max(|s_t|, 1e-6)) )     scalar gate per token
+    u_t     = alpha_t * v_t
+    y_t     = sum_{i<kernel} w_i * RMSNorm_c(u)_{t - i*delta}  depthwise causal conv, w: [kernel, D]
+    out_t   = u_t + silu(y_t)                        added to the residual by the decoder
+
+Choices, each following the paper / official demo (``deepseek-ai/Engram`` ``engram_demo_v1.py``)
+unless marked *ours*:
+
+* ``sizes``: one distinct prime per (order, head) (:func:`engram_table_sizes`); the per-head tables
+  are concatenated into one parameter and the host adds each head's row offset.
+* RMSNorms (q, k and the conv's pre-norm) have learned per-feature scales, as everywhere in the
+  model. The demo normalises the value before the convolution (``ShortConv``), which we keep.
+* The ``sqrt(max(|s|, 1e-6))`` clamp is the demo's; it keeps the gradient of sqrt finite at 0.
+* Convolution: width ``kernel`` (default 4), dilation ``delta = max(orders)`` (demo), one weight
+  per tap and channel, no bias, zero left-padding (causal). Tap ``w_0`` reads position ``t``.
+  *Ours*: ``w`` initialised to zero, so at initialisation the branch is ``out = u`` and the conv
+  learns from there (the demo uses PyTorch's default init).
+* *Ours*: no biases in W_k / W_v (the repository's convention; the demo's ``nn.Linear`` has them);
+  a single hidden stream (the demo's per-hyper-connection keys and norms collapse to one).
+* *Ours*: no tokenizer compression (see :mod:`edge_jax.layers.memory.ngram_hash`).
+* Each Engram layer owns its table but all layers share the same hashed ids (the demo re-hashes per
+  layer with layer-specific multipliers; separate tables make that unnecessary here).
+
+ROM: each Engram layer stores ``sum(sizes) * d_head`` values; with ``d_head = d_mem``,
+:func:`edge_jax.layers.memory.ngram_hash.matched_table_size` picks the ``table_size`` whose total ROM matches
+MeKi's / PLE's ``n_layers * vocab_size * d_mem`` (Table 2 compares them at similar ROM).
+
+Causal: ``out_t`` depends on ``h_t`` and on the ids at positions ``<= t`` only (the ids themselves
+read tokens ``<= t``).
+"""
+from __future__ import annotations
+
+import flax.linen as nn
+import jax.numpy as jnp
+
+from edge_jax.layers.memory.ngram_hash import engram_table_sizes
+from edge_jax.layers.ffn import dense
+from edge_jax.layers.norms import RMSNorm
+
+
+def causal_depthwise_conv(x_BTD, w_KD, dilation: int):
+    """``y_t = sum_i w[i] * x_{t - i*dilation}`` with zeros before the start."""
+    K, T = w_KD.shape[0], x_BTD.shape[1]
+    pad = (K - 1) * dilation
+    xp = jnp.pad(x_BTD, ((0, 0), (pad, 0), (0, 0)))
+    y = jnp.zeros_like(x_BTD)
+    for i in range(K):
+        start = pad - i * dilation
+        y = y + xp[:, start:start + T] * w_KD[i].astype(x_BTD.dtype)
+    return y
+
+
+class Engram(nn.Module):
+    """``(h [B, T, D], ngram_ids [B, T, N]) -> delta [B, T, D]``."""
+    vocab_size: int
+    orders: tuple
+    heads: int
+    table_size: int
+    d_head: int
+    kernel: int = 4
+    norm_eps: float = 1e-6
+    init_std: float = 0.02
+    dtype: str = "float32"
+    param_dtype: str = "float32"
+
+    @nn.compact
+    def __call__(self, h_BTD, ngram_ids_BTN):
+        a = (self.init_std, self.dtype, self.param_dtype)
+        dt, D = jnp.dtype(self.dtype), h_BTD.shape[-1]
+        sizes = engram_table_sizes(self.orders, self.heads, self.table_size)
+        n_ids = len(sizes)
+        if ngram_ids_BTN.shape[-1] != n_ids:
+            raise ValueError(f"Engram expects {n_ids} ids per token (orders {tuple(self.orders)} x "
+                             f"{self.heads} heads); got {ngram_ids_BTN.shape[-1]}")
+        table = self.param("table", nn.with_logical_partitioning(nn.initializers.normal(self.init_std),
+                                                                 ("ngram", "mem")),
+                           (sum(sizes), self.d_head), jnp.dtype(self.param_dtype))
+        e = jnp.take(table, ngram_ids_BTN, axis=0).astype(dt)
+        e = e.reshape(*e.shape[:-2], n_ids * self.d_head)
+        k = dense(D, ("mem", "embed"), "key", *a)(e)
+        v = dense(D, ("mem", "embed"), "value", *a)(e)
+        q = RMSNorm(self.norm_eps, "norm", self.param_dtype, name="query_norm")(h_BTD)
+        kn = RMSNorm(self.norm_eps, "norm", self.param_dtype, name="key_norm")(k)
+        s = jnp.sum(q.astype(jnp.float32) * kn.astype(jnp.float32), axis=-1, keepdims=True) / jnp.sqrt(D)
+        alpha = nn.sigmoid(jnp.sign(s) * jnp.sqrt(jnp.maximum(jnp.abs(s), 1e-6)))
+        u = (alpha * v.astype(jnp.float32)).astype(dt)
+        w = self.param("conv", nn.with_logical_partitioning(nn.initializers.zeros, (None, "embed")),
+                       (self.kernel, D), jnp.dtype(self.param_dtype))
+        c = RMSNorm(self.norm_eps, "norm", self.param_dtype, name="conv_norm")(u)
+        y = causal_depthwise_conv(c, w, max(self.orders))
+        return u + nn.silu(y)

@@ -1,0 +1,1 @@
+"""Mixture-of-experts layer: router and experts, execution strategies, capacity plans."""

@@ -1,0 +1,173 @@
+"""Expert execution strategies for one chunk of routed tokens, all static-shaped under jit.
+
+Every function takes the chunk's tokens ``x_ND``, their top-k expert ids ``ids_NK`` and combine
+weights ``w_NK``, and the stacked SwiGLU expert weights ``experts = (gate_EDF, up_EDF, down_EFD)``:
+
+- :func:`dropless`: every expert on every token, combined by the sparse router weights (exact).
+- :func:`ragged`: the token copies sorted by expert and run with ``jax.lax.ragged_dot`` (exact).
+- :func:`capacity_moe`: NPUMoE §4.1-4.3 under a :class:`~edge_jax.layers.moe.plan.LayerPlan`: each static
+  group of same-capacity experts is one dense call on a zero-padded ``[G, C, d]`` buffer, tokens
+  beyond an expert's capacity are dropped lowest-score first (``score``: the saliency, or minus the
+  position), valid rows are scattered back weighted by the router; fallback experts take the exact
+  ragged path.
+- :func:`host_experts`: NPUMoE's CPU fallback: the given experts in numpy on the host, each on
+  exactly the tokens it got (dynamic shapes, no padding); the runtime's path for cold experts.
+- :func:`moe_reference`: a Python loop over experts, the test reference for all of them.
+
+On CPU, ``jax.lax.ragged_dot`` computes every group's rows against every expert (a masked dense
+dot), so :func:`ragged` costs as much as running each of its experts on all token copies there;
+it is exact, and the in-model path of the fallback experts, but not a fast path on CPU.
+"""
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from edge_jax.layers.moe.plan import LayerPlan
+
+
+def swiglu(x_GCD, gate_GDF, up_GDF, down_GFD):
+    """``G`` experts at once, each on its own ``[C, d]`` slice."""
+    h_GCF = jax.nn.silu(jnp.einsum("gcd,gdf->gcf", x_GCD, gate_GDF)) * jnp.einsum("gcd,gdf->gcf", x_GCD, up_GDF)
+    return jnp.einsum("gcf,gfd->gcd", h_GCF, down_GFD)
+
+
+def flat_copies(ids_NK, w_NK):
+    """The ``N*K`` token copies, token-major: expert ids, token indices and weights, each ``[A]``."""
+    n, k = ids_NK.shape
+    return ids_NK.reshape(-1), jnp.repeat(jnp.arange(n), k), w_NK.reshape(-1)
+
+
+def dropless(x_ND, ids_NK, w_NK, experts):
+    gate, up, down = experts
+    n_experts = gate.shape[0]
+    y_END = swiglu(jnp.broadcast_to(x_ND, (n_experts, *x_ND.shape)), gate, up, down)
+    combine_NE = jnp.sum(jax.nn.one_hot(ids_NK, n_experts, dtype=w_NK.dtype) * w_NK[..., None], axis=1)
+    return jnp.einsum("ne,end->nd", combine_NE.astype(y_END.dtype), y_END)
+
+
+def ragged(x_ND, ids_NK, w_NK, experts, subset: tuple[int, ...] | None = None):
+    """Exact: every token copy routed to an expert of ``subset`` (default: all) runs that expert."""
+    gate, up, down = experts
+    n_experts = gate.shape[0]
+    subset = tuple(range(n_experts)) if subset is None else tuple(subset)
+    local = np.full(n_experts, len(subset), np.int32)  # experts outside the subset sort last, unrun
+    local[list(subset)] = np.arange(len(subset))
+    e_A, t_A, w_A = flat_copies(ids_NK, w_NK)
+    key_A = jnp.asarray(local)[e_A]
+    order = jnp.argsort(key_A, stable=True)
+    sizes = jnp.bincount(key_A, length=len(subset) + 1)[:len(subset)].astype(jnp.int32)
+    idx = jnp.asarray(subset)
+    xs = x_ND[t_A[order]]
+    h = jax.nn.silu(jax.lax.ragged_dot(xs, gate[idx], sizes)) * jax.lax.ragged_dot(xs, up[idx], sizes)
+    ys = jax.lax.ragged_dot(h, down[idx], sizes)  # rows past the subset's copies come out zero
+    return jnp.zeros_like(x_ND).at[t_A[order]].add(ys * w_A[order, None].astype(ys.dtype))
+
+
+def pack(ids_NK, score_N, valid_N, plan: LayerPlan):
+    """Buffer slot of every token copy (``buffer_rows`` when dropped or on the fallback path) and
+    whether it was kept. Within an expert, copies are ranked by ``score`` (highest first; ties by
+    token order); the first ``capacity`` are kept."""
+    n_experts, rows = plan.n_experts, plan.buffer_rows
+    cap_E = jnp.asarray(plan.capacity, jnp.int32)
+    e_A, t_A, _ = flat_copies(ids_NK, ids_NK)
+    static_A = valid_N[t_A] & (cap_E[e_A] > 0)
+    key_A = jnp.where(static_A, e_A, n_experts)
+    order = jnp.lexsort((-score_N[t_A].astype(jnp.float32), key_A))
+    sorted_key = key_A[order]
+    rank = jnp.arange(sorted_key.shape[0]) - jnp.searchsorted(sorted_key, sorted_key, side="left")
+    pos_A = jnp.zeros_like(rank).at[order].set(rank)
+    kept_A = static_A & (pos_A < cap_E[e_A])
+    slot_A = jnp.where(kept_A, jnp.asarray(plan.offsets())[e_A] + pos_A, rows)
+    return slot_A, kept_A, static_A
+
+
+def group_buffers(x_ND, ids_NK, slot_A, plan: LayerPlan) -> list:
+    """The zero-padded ``[G, C, d]`` input of each static group: the kept copies at their slots."""
+    _, t_A, _ = flat_copies(ids_NK, ids_NK)
+    buf_RD = jnp.zeros((plan.buffer_rows + 1, x_ND.shape[-1]), x_ND.dtype).at[slot_A].set(x_ND[t_A])
+    bufs, row = [], 0
+    for group in plan.groups:
+        c = plan.capacity[group[0]]
+        bufs.append(buf_RD[row:row + len(group) * c].reshape(len(group), c, -1))
+        row += len(group) * c
+    return bufs
+
+
+def scatter_rows(x_ND, ys_GCD, slot_A, kept_A, w_NK):
+    """Weighted scatter-add of the groups' output rows to their tokens (dropped copies read the zero
+    row past the buffer's end)."""
+    _, t_A, w_A = flat_copies(w_NK, w_NK)
+    zero_1D = jnp.zeros((1, x_ND.shape[-1]), x_ND.dtype)
+    y_RD = jnp.concatenate([y.reshape(-1, x_ND.shape[-1]) for y in ys_GCD] + [zero_1D])
+    return jnp.zeros_like(x_ND).at[t_A].add(y_RD[slot_A] * jnp.where(kept_A, w_A, 0)[:, None].astype(x_ND.dtype))
+
+
+def capacity_moe(x_ND, ids_NK, w_NK, score_N, valid_N, experts, plan: LayerPlan, fallback: bool = True):
+    """``(y_ND, stats)``; stats count token copies: ``routed`` (valid), ``kept`` and ``dropped`` on the
+    static path, ``fallback`` rows, and the static buffer's ``padded`` rows. ``fallback=False`` leaves
+    the fallback experts' (exact, chunk-independent) share out of ``y_ND`` for the caller to add, e.g.
+    once for all chunks (``ragged_dot`` does not batch under ``vmap``)."""
+    gate, up, down = experts
+    slot_A, kept_A, static_A = pack(ids_NK, score_N, valid_N, plan)
+    ys = [swiglu(x_GCD, gate[np.asarray(g)], up[np.asarray(g)], down[np.asarray(g)])
+          for g, x_GCD in zip(plan.groups, group_buffers(x_ND, ids_NK, slot_A, plan))]
+    y_ND = scatter_rows(x_ND, ys, slot_A, kept_A, w_NK)
+    if plan.fallback and fallback:
+        y_ND = y_ND + ragged(x_ND, ids_NK, w_NK * valid_N[:, None], experts, plan.fallback)
+    routed = jnp.sum(valid_N) * ids_NK.shape[1]
+    kept, static = jnp.sum(kept_A), jnp.sum(static_A)
+    stats = {"routed": routed, "kept": kept, "dropped": static - kept, "fallback": routed - static,
+             "padded": plan.buffer_rows - kept}
+    return y_ND, stats
+
+
+def chunked(x_ND, ids_NK, w_NK, saliency_N, chunk: int, drop: str):
+    """The tokens as prefill chunks ``(x, ids, w, score, valid)``, each ``[n_chunks, chunk, ...]``: the
+    last chunk padded with invalid tokens; the overflow score is the saliency, or for ``drop=position``
+    minus the position in the chunk (the latest tokens drop first)."""
+    n = x_ND.shape[0]
+    pad = -n % chunk
+    padded = [jnp.pad(a, [(0, pad)] + [(0, 0)] * (a.ndim - 1)) for a in (x_ND, ids_NK, w_NK, saliency_N)]
+    score_N = padded[3] if drop == "saliency" else -(jnp.arange(n + pad) % chunk)
+    valid_N = jnp.arange(n + pad) < n
+    return tuple(a.reshape(-1, chunk, *a.shape[1:]) for a in (*padded[:3], score_N, valid_N))
+
+
+def host_experts(x_ND, ids_NK, w_NK, valid_N, experts, subset) -> np.ndarray:
+    """The experts of ``subset`` on the host (numpy; ``experts`` numpy arrays), each on the valid token
+    copies routed to it, weighted; float32 accumulation."""
+    gate, up, down = experts
+    x, ids, w = np.asarray(x_ND), np.asarray(ids_NK), np.asarray(w_NK)
+    out = np.zeros(x.shape, np.float32)
+    routed = (ids[..., None] == np.asarray(subset)) & np.asarray(valid_N)[:, None, None]
+    for j, e in enumerate(subset):
+        toks, ks = np.nonzero(routed[..., j])
+        if len(toks):
+            xe = x[toks]
+            a = xe @ gate[e]
+            y = ((a / (1 + np.exp(-a))) * (xe @ up[e])) @ down[e]
+            out[toks] += y * w[toks, ks][:, None]  # a token reaches an expert at most once
+    return out.astype(x.dtype)
+
+
+def moe_reference(x_ND, ids_NK, w_NK, experts, score_N=None, valid_N=None, capacity=None):
+    """Python loop over experts (not for jit). ``capacity[e]`` > 0 keeps that expert's highest-score
+    copies only; None or 0 keeps all (dropless / fallback experts)."""
+    gate, up, down = (np.asarray(a) for a in experts)
+    x, ids, w = np.asarray(x_ND), np.asarray(ids_NK), np.asarray(w_NK)
+    n = x.shape[0]
+    score = np.zeros(n) if score_N is None else np.asarray(score_N, np.float32)
+    valid = np.ones(n, bool) if valid_N is None else np.asarray(valid_N)
+    out = np.zeros_like(x)
+    for e in range(gate.shape[0]):
+        toks, ks = np.nonzero((ids == e) & valid[:, None])
+        if capacity is not None and capacity[e] > 0:
+            keep = np.argsort(-score[toks], kind="stable")[:capacity[e]]
+            toks, ks = toks[keep], ks[keep]
+        xe = x[toks]
+        a = xe @ gate[e]
+        y = ((a / (1 + np.exp(-a))) * (xe @ up[e])) @ down[e]
+        np.add.at(out, toks, y * w[toks, ks][:, None])
+    return out

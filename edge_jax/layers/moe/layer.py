@@ -1,0 +1,84 @@
+"""Mixture-of-experts FFN (NPUMoE §2, §4): a top-k softmax router over SwiGLU experts.
+
+Params: ``router`` [D, E] (float32 logits), ``gate``/``up`` [E, D, F], ``down`` [E, F, D].
+The router's softmax probabilities ``p`` pick the top-k experts; their combine weights are ``p``
+itself or, with ``renormalize``, ``p / sum(top-k p)``. Execution follows
+:class:`~edge_jax.layers.moe.plan.MoEExec` (:mod:`edge_jax.layers.moe.execute`): the capacity-bound strategies
+split the ``B*T`` tokens into prefill chunks of ``execution.chunk`` tokens that each get the plan's
+capacities (the last chunk is padded with invalid tokens).
+
+Sown per call: ``intermediates/routing`` = {``ids`` top-k experts [B,T,K], ``probs`` their router
+probabilities, ``weights`` the combine weights, ``saliency`` [B,T], ``x`` the layer input [B,T,D]} for
+calibration, traces and timing; ``intermediates/moe_stats`` (token-copy counts, see
+:func:`~edge_jax.layers.moe.execute.capacity_moe`); ``losses/load_balance`` = ``weight * E * sum_e f_e P_e``
+(Switch Transformer: f = share of copies, P = mean probability), which the train step adds.
+"""
+from __future__ import annotations
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+
+from edge_jax.layers.moe import execute
+from edge_jax.layers.moe.plan import LayerPlan, MoEExec
+
+
+class MoE(nn.Module):
+    n_experts: int
+    top_k: int
+    d_ff: int
+    renormalize: bool = False
+    aux_weight: float = 0.0
+    execution: MoEExec = MoEExec()
+    plan: LayerPlan | None = None
+    init_std: float = 0.02
+    dtype: str = "float32"
+    param_dtype: str = "float32"
+
+    def _param(self, name, shape, axes):
+        init = nn.with_logical_partitioning(nn.initializers.normal(self.init_std), axes)
+        return self.param(name, init, shape, jnp.dtype(self.param_dtype))
+
+    @nn.compact
+    def __call__(self, x_BTD, saliency_BT=None):
+        b, t, d = x_BTD.shape
+        e, f = self.n_experts, self.d_ff
+        router = self._param("router", (d, e), ("embed", None))
+        dt = jnp.dtype(self.dtype)
+        experts = tuple(a.astype(dt) for a in (self._param("gate", (e, d, f), ("expert", "embed", "mlp")),
+                                               self._param("up", (e, d, f), ("expert", "embed", "mlp")),
+                                               self._param("down", (e, f, d), ("expert", "mlp", "embed"))))
+        probs_BTE = jax.nn.softmax(x_BTD.astype(jnp.float32) @ router.astype(jnp.float32), axis=-1)
+        top_p, ids_BTK = jax.lax.top_k(probs_BTE, self.top_k)
+        w_BTK = top_p / jnp.sum(top_p, -1, keepdims=True) if self.renormalize else top_p
+        saliency_BT = jnp.ones((b, t), jnp.float32) if saliency_BT is None else saliency_BT
+        self.sow("intermediates", "routing", {"ids": ids_BTK, "probs": top_p, "weights": w_BTK,
+                                              "saliency": saliency_BT, "x": x_BTD})
+        if self.aux_weight:
+            share_E = jnp.mean(jax.nn.one_hot(ids_BTK, e, dtype=jnp.float32), axis=(0, 1, 2))
+            self.sow("losses", "load_balance", self.aux_weight * e * jnp.sum(share_E * jnp.mean(probs_BTE, (0, 1))))
+        x_ND, ids_NK, w_NK = x_BTD.reshape(-1, d).astype(dt), ids_BTK.reshape(-1, self.top_k), w_BTK.reshape(
+            -1, self.top_k)
+        strategy = self.execution.strategy
+        if strategy == "dropless" or (self.plan is None and self.is_initializing()):  # params need no plan
+            y_ND = execute.dropless(x_ND, ids_NK, w_NK, experts)
+        elif strategy == "ragged":
+            y_ND = execute.ragged(x_ND, ids_NK, w_NK, experts)
+        else:
+            y_ND = self._capacity(x_ND, ids_NK, w_NK, saliency_BT.reshape(-1), experts)
+        return y_ND.reshape(b, t, d).astype(x_BTD.dtype)
+
+    def _capacity(self, x_ND, ids_NK, w_NK, sal_N, experts):
+        if self.plan is None:
+            raise ValueError(f"moe strategy {self.execution.strategy!r} needs a capacity plan per MoE layer; "
+                             "calibrate first (edge-jax moe calibrate) or set moe.capacity")
+        if self.plan.n_experts != self.n_experts:
+            raise ValueError(f"the capacity plan has {self.plan.n_experts} experts but the layer has "
+                             f"{self.n_experts}; recalibrate with edge-jax moe calibrate")
+        chunks = execute.chunked(x_ND, ids_NK, w_NK, sal_N, self.execution.chunk, self.execution.drop)
+        y_CnD, stats = jax.vmap(lambda *a: execute.capacity_moe(*a, experts, self.plan, fallback=False))(*chunks)
+        self.sow("intermediates", "moe_stats", {k: jnp.sum(v) for k, v in stats.items()})
+        y_ND = y_CnD.reshape(-1, x_ND.shape[-1])[:x_ND.shape[0]]
+        if self.plan.fallback:
+            y_ND = y_ND + execute.ragged(x_ND, ids_NK, w_NK, experts, self.plan.fallback)
+        return y_ND

@@ -1,0 +1,1 @@
+"""Each paper's application code, one folder per paper."""

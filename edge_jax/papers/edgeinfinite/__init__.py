@@ -1,0 +1,1 @@
+"""EdgeInfinite: Algorithm 1 inference, long-context evaluation, grids and reports, benchmark."""

@@ -1,0 +1,115 @@
+"""Long-context evaluation: exact match on the built-in ``longctx`` tasks with one inference method.
+
+The five tasks stand for LongBench's categories (:data:`edge_jax.data.builders.longctx.CATEGORIES`):
+single-needle retrieval, multi-key retrieval, aggregation over documents, few-shot pattern
+continuation and code-like variable tracking. ``longctx.examples`` prompts per task and length
+(``longctx.lengths``, in characters: tokens for the byte tokenizer) are drawn with the run's seed;
+each is prefilled with the method's cache policy and answered greedily (at most
+``longctx.answer_tokens`` tokens, up to the first newline), then compared with the gold answer.
+
+Metrics (percent, like LongBench): ``longctx/overall`` (mean over tasks and lengths),
+``longctx/<category>`` (mean over lengths), ``longctx/len<L>`` (mean over tasks), and
+``longctx/<category>/len<L>``; ``longctx/peak_cache_tokens`` is the most tokens any layer cached.
+``longctx/answer_nll`` (and per category) is the teacher-forced NLL of the gold answer, nats per
+token: a graded score that still separates methods when a tiny model's exact match is zero.
+"""
+from __future__ import annotations
+
+import copy
+import time
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from edge_jax.config import ConfigError, longctx_budget
+from edge_jax.data.builders.longctx import CATEGORIES, TASKS, eval_prompts
+from edge_jax.papers.edgeinfinite.inference import EdgeInfiniteSession
+from edge_jax.infer.kv_baselines import FullKVSession, SnapKVSession, StreamingSession
+
+
+def make_session(method: str, model, params, config):
+    """The inference session of ``method`` with the config's sizes and budget."""
+    lc, m = config.longctx, config.model
+    budget, extra = longctx_budget(config), lc.answer_tokens
+    if method == "edgeinfinite":
+        return EdgeInfiniteSession(model, params)
+    if method == "fullkv":
+        return FullKVSession(model, params, lc.prefill_chunk, extra)
+    if method in ("snapkv", "pyramidkv"):
+        return SnapKVSession(model, params, lc.prefill_chunk, extra, budget, lc.obs_window, lc.pool_kernel,
+                             pyramid=method == "pyramidkv", beta=lc.pyramid_beta)
+    if method == "streamingllm":
+        return StreamingSession(model, params, budget, m.infini_sink, extra)
+    raise ConfigError(f"unknown longctx.method {method!r}; valid: edgeinfinite, fullkv, streamingllm, snapkv, pyramidkv")
+
+
+def answer(session, prompt_ids, answer_ids, tokenizer, max_tokens: int) -> tuple[str, float]:
+    """One prompt (batch of one): the first line of the greedy continuation, and the teacher-forced
+    mean NLL (nats per token) of the gold answer tokens after the prompt (``prompt + " " + answer``,
+    as in training). Both continue from one prefill: the session is copied after it."""
+    logits = session.prefill(np.asarray(prompt_ids, np.int32)[None])
+    forced = copy.copy(session)  # sessions replace, never mutate, their arrays: a cheap snapshot
+    nll, step_logits = [], logits
+    for i, token in enumerate(answer_ids):
+        logp = jax.nn.log_softmax(jnp.asarray(step_logits[0], jnp.float32))
+        nll.append(-float(logp[token]))
+        if i + 1 < len(answer_ids):
+            step_logits = forced.step(np.array([[token]], np.int32))
+    out = []
+    for i in range(max_tokens):
+        token = int(np.argmax(np.asarray(logits[0])))
+        if token == tokenizer.eos_id:
+            break
+        out.append(token)
+        if "\n" in tokenizer.decode(out) or i == max_tokens - 1:
+            break
+        logits = session.step(np.array([[token]], np.int32))
+    return tokenizer.decode(out).strip().split("\n")[0].strip(), float(np.mean(nll))
+
+
+def evaluate_longctx(model, params, tokenizer, config, log=print) -> dict:
+    """Run ``config.longctx.method`` over every task and length; the metrics of the module docstring."""
+    lc = config.longctx
+    tasks = tuple(lc.tasks) or TASKS
+    unknown = [t for t in tasks if t not in TASKS]
+    if unknown:
+        raise ConfigError(f"unknown longctx.tasks {unknown}; valid: {', '.join(TASKS)}")
+    session = make_session(lc.method, model, params, config)
+    hits: dict[tuple[str, int], list[bool]] = {}
+    nlls: dict[str, list[float]] = {}
+    t0, peak = time.perf_counter(), 0
+    for length in lc.lengths:
+        for task in tasks:
+            for rec in eval_prompts(task, int(length), int(lc.examples), int(config.seed)):
+                ids = tokenizer.encode(rec["prompt"])
+                if len(ids) > lc.max_input:
+                    raise ConfigError(f"a {task} prompt of {len(ids)} tokens exceeds longctx.max_input={lc.max_input}; "
+                                      "raise the limit or shorten longctx.lengths")
+                gold = tokenizer.encode(rec["text"])[len(ids):]
+                got, nll = answer(session, ids, gold, tokenizer, lc.answer_tokens)
+                hits.setdefault((task, int(length)), []).append(got == rec["answer"].strip())
+                nlls.setdefault(task, []).append(nll)
+                peak = max(peak, _cached_tokens(session))
+        log(f"longctx {lc.method} length {length}: " + ", ".join(
+            f"{t} {100 * np.mean(hits[(t, int(length))]):.0f}" for t in tasks))
+    out = {}
+    for task in tasks:
+        cat = CATEGORIES[task]
+        for length in lc.lengths:
+            out[f"longctx/{cat}/len{length}"] = 100.0 * float(np.mean(hits[(task, int(length))]))
+        out[f"longctx/{cat}"] = float(np.mean([out[f"longctx/{cat}/len{n}"] for n in lc.lengths]))
+        out[f"longctx/answer_nll/{cat}"] = float(np.mean(nlls[task]))
+    for length in lc.lengths:
+        out[f"longctx/len{length}"] = float(np.mean([out[f"longctx/{CATEGORIES[t]}/len{length}"] for t in tasks]))
+    out["longctx/overall"] = float(np.mean([out[f"longctx/{CATEGORIES[t]}"] for t in tasks]))
+    out["longctx/answer_nll"] = float(np.mean([out[f"longctx/answer_nll/{CATEGORIES[t]}"] for t in tasks]))
+    out["longctx/prompts"] = sum(len(v) for v in hits.values())
+    out["longctx/peak_cache_tokens"] = peak
+    out["longctx/seconds"] = time.perf_counter() - t0
+    return out
+
+
+def _cached_tokens(session) -> int:
+    """Most prompt + answer tokens any layer holds right now."""
+    return int(max(np.asarray(c["valid"]).sum(axis=-1).max() for c in session.caches))

@@ -1,0 +1,1 @@
+"""MeKi: grids, fold-time analyses (logit lens, memory-size fit), decode benchmark."""

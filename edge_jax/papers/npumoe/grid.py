@@ -1,0 +1,58 @@
+"""What the NPUMoE ablation files (ablations/npumoe_*.py) share: the trained MoE stage, cells, notes.
+
+The MoE LM is trained once per seed (the ``moe`` stage, ``configs/npumoe.py``); every cell only
+evaluates it (``train.steps=0``) under one execution: it calibrates on the training split when its
+strategy needs loads, compares the strategy with dropless on the validation batches, and times the
+MoE layers with the NPUMoE runtime (:mod:`edge_jax.papers.npumoe.runtime`) on real hidden states.
+"""
+from __future__ import annotations
+
+PRESETS = ("tiny", "paper")
+METRIC = "moe/ms_per_token"
+EXTRA_METRICS = ["moe/padding_pct", "moe/drop_pct", "moe/fallback_pct", "moe/calls_per_layer",
+                 "moe/val_loss_change_pct", "moe/accuracy_change", "moe/val_loss", "moe/dropless_val_loss",
+                 "moe/imbalance"]
+EVAL_ONLY = {"train.steps": 0, "init_from": "{stage:moe}"}
+# Fig. 17 steps (NPUMoE §5.8): Ours-base, + static tiers, + grouping, + load-aware residency.
+ABLATION = {
+    "base": {"moe.strategy": "uniform", "moe.capacity": 0, "moe.group": 1},
+    "tiers": {"moe.strategy": "npumoe", "moe.group": 1, "moe.residency": False},
+    "tiers_grouping": {"moe.strategy": "npumoe", "moe.group": 4, "moe.residency": False},
+    "all": {"moe.strategy": "npumoe", "moe.group": 4, "moe.residency": True},
+}
+
+
+def _spec(preset: str) -> str:
+    if preset not in PRESETS:
+        raise ValueError(f"unknown preset {preset!r}; valid presets: {', '.join(PRESETS)}")
+    return f"configs/npumoe.py:size={preset}"
+
+
+def cell(**moe) -> dict:
+    """An evaluation of the seed's trained MoE LM with these ``moe.*`` settings."""
+    return {**EVAL_ONLY, **{f"moe.{k}": v for k, v in moe.items()}}
+
+
+def notes(preset: str, text: str) -> str:
+    tiny = ("Tiny preset: a 4-layer MoE LM (d 128, 16 SwiGLU experts of width 128, top-2 in every layer) "
+            "trained per seed for 600 steps on the Python standard library corpus (configs/npumoe.py). Each "
+            "cell evaluates it on 4 validation batches of 16 x 256 tokens in prefill chunks (default 512 "
+            "tokens, so the base capacity chunk*k/E is 64 as for PhiMoE at chunk 512), after calibrating on 4 "
+            "training batches when it needs loads. ms/token: the MoE layers alone, run by the NPUMoE "
+            "runtime (one jitted call per static group, cold experts on the host CPU) on one batch of real "
+            "hidden states, median of 10 rounds, on a 2-core CPU; cells run one after "
+            "another, so for speed ratios prefer the benchmark (edge-jax bench moe, one interleaved run). "
+            "Loss and accuracy changes are against dropless execution of the same weights.")
+    return " ".join(t for t in (text, tiny if preset == "tiny" else "") if t)
+
+
+def grid(preset: str, name: str, title: str, cells: dict, paper: dict, text: str, metric: str = METRIC,
+         lower_is_better: bool = True) -> dict:
+    extra = [m for m in [METRIC] + EXTRA_METRICS if m != metric]
+    return {
+        "name": name, "title": title, "base": _spec(preset),
+        "base_overrides": {"train.eval_batches": 4, "moe.time_batches": 1, "moe.calib_batches": 4},
+        "stages": {"moe": {"base": _spec(preset)}},
+        "cells": cells, "metric": metric, "lower_is_better": lower_is_better, "extra_metrics": extra,
+        "paper": paper, "notes": notes(preset, text),
+    }

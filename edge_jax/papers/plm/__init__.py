@@ -1,0 +1,1 @@
+"""PLM: grids, activation sparsity, KV-cache accounting, architecture stats, MLA decode benchmark."""

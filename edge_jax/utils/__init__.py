@@ -1,0 +1,1 @@
+"""Generic helpers: atomic writes, timing."""

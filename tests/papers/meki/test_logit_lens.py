@@ -1,0 +1,115 @@
+import csv
+import os
+
+import flax.linen as nn
+import jax
+import numpy as np
+import pytest
+
+from edge_jax.papers.meki.logit_lens import default_labels, layer_kl
+from edge_jax.cli import main
+from edge_jax.models.decoder import DecoderLM, ModelConfig
+from edge_jax.models.inputs import example_inputs, host_inputs
+
+TINY = dict(vocab_size=64, d_model=32, n_layers=3, n_heads=2, n_kv_heads=1, head_dim=16, d_ff=64)
+VARIANTS = {"tied": {}, "untied": {"tie_embeddings": False}, "meki": {"memory": "meki", "d_mem": 8}}
+
+
+def init(**extra):
+    """A tiny model with random parameters drawn with numpy (no init compile): matrices ~ N(0, 0.3)
+    so the layers' predictions differ visibly, vectors and scalars ~ 1 + N(0, 0.1)."""
+    cfg = ModelConfig(**TINY, **extra)
+    model = DecoderLM(cfg)
+    shapes = nn.unbox(jax.eval_shape(model.init, jax.random.key(0), **example_inputs(cfg))["params"])
+    rng = np.random.default_rng(0)
+    params = jax.tree_util.tree_map(
+        lambda s: (rng.normal(0, 0.3, s.shape) if len(s.shape) >= 2 else 1 + rng.normal(0, 0.1, s.shape))
+        .astype(s.dtype), shapes)
+    tokens_BT = rng.integers(0, cfg.vocab_size, (2, 8)).astype(np.int32)
+    return model, params, tokens_BT, host_inputs(cfg, tokens_BT)
+
+
+def naive_layer_kl(model, params, tokens_BT, extra, mask_BT):
+    """Per token with numpy loops: rmsnorm * scale -> head -> log-softmax -> KL(early || final)."""
+    cfg = model.cfg
+    apply = jax.jit(model.apply, static_argnames="return_hidden")
+    logits, hidden = apply({"params": params}, tokens_BT, return_hidden=True, **extra)
+    logits = np.asarray(logits, np.float64)
+    scale = np.asarray(params["final_norm"]["scale"], np.float64)
+    head = np.asarray(params["embed"]["embedding"] if cfg.tie_embeddings else params["lm_head"]["kernel"].T,
+                      np.float64)  # [V, D]
+    out = []
+    for h in hidden:
+        h = np.asarray(h, np.float64)
+        total, count = 0.0, 0.0
+        for b in range(tokens_BT.shape[0]):
+            for t in range(tokens_BT.shape[1]):
+                x = h[b, t] / np.sqrt(np.mean(h[b, t] ** 2) + cfg.norm_eps) * scale
+                early = head @ x
+                lp = early - early.max() - np.log(np.sum(np.exp(early - early.max())))
+                final = logits[b, t]
+                lq = final - final.max() - np.log(np.sum(np.exp(final - final.max())))
+                total += mask_BT[b, t] * sum(np.exp(lp[v]) * (lp[v] - lq[v]) for v in range(len(lp)))
+                count += mask_BT[b, t]
+        out.append(total / count)
+    return np.array(out)
+
+
+@pytest.mark.parametrize("variant", sorted(VARIANTS))
+def test_layer_kl_matches_naive_reference(variant):
+    model, params, tokens_BT, extra = init(**VARIANTS[variant])
+    kl = layer_kl(model, params, tokens_BT, extra)
+    assert kl.shape == (3,) and kl.dtype == np.float32
+    assert np.all(kl >= -1e-6)
+    assert abs(kl[-1]) < 1e-5, "the last layer's early exit is the model output"
+    assert kl[0] > 1e-3, "an earlier layer should disagree with the output"
+    np.testing.assert_allclose(kl, naive_layer_kl(model, params, tokens_BT, extra, np.ones(tokens_BT.shape)),
+                               rtol=2e-4, atol=1e-5)
+
+
+def test_mask_weights_tokens():
+    model, params, tokens_BT, extra = init()
+    mask_BT = np.zeros(tokens_BT.shape, np.float32)
+    mask_BT[0, :5] = 1.0
+    mask_BT[1, 2] = 1.0
+    np.testing.assert_allclose(layer_kl(model, params, tokens_BT, extra, mask_BT),
+                               naive_layer_kl(model, params, tokens_BT, extra, mask_BT), rtol=2e-4, atol=1e-5)
+
+
+def test_default_labels_are_unique():
+    assert default_labels(["a/run", "b/run", "c/x"]) == ["a/run", "b/run", "x"]
+    assert default_labels(["a/run", "a/run"]) == ["a/run#1", "a/run#2"]
+
+
+def test_cli_logit_lens_end_to_end(tiny_config, tmp_path, capsys):
+    from edge_jax.train.loop import train_and_evaluate
+    base, deep = str(tmp_path / "base"), str(tmp_path / "deep")
+    short = {"train.steps": 2, "train.warmup_steps": 1, "train.ckpt_every": 2, "train.eval_every": 2,
+             "train.eval_batches": 1}
+    train_and_evaluate(tiny_config(**short), base)
+    train_and_evaluate(tiny_config(**short, **{"model.n_layers": 3}), deep)  # layer counts may differ
+    out = tmp_path / "lens"
+    assert main(["analyze", "logit-lens", "--workdir", base, "--workdir", deep, "--label", "base",
+                 "--label", "deep", "--tokens", "300", "--out", str(out)]) == 0
+    assert "tokens=300" in capsys.readouterr().out
+    for name in ("logit_lens.md", "logit_lens.csv", "logit_lens.png"):
+        assert (out / name).stat().st_size > 0
+    rows = list(csv.reader(open(out / "logit_lens.csv")))
+    assert rows[0] == ["layer", "base", "deep"] and [r[0] for r in rows[1:]] == ["0", "1", "2", "mean"]
+    assert rows[3][1] == "" and abs(float(rows[2][1])) < 1e-5 and abs(float(rows[3][2])) < 1e-5
+    md = (out / "logit_lens.md").read_text()
+    table = [line for line in md.splitlines() if line.startswith("| ") and not line.startswith("| layer")]
+    assert len(table) == 3 + 1  # one row per layer (the deeper model's 3) plus the mean
+    assert not any(f.startswith(".") for f in os.listdir(out)), "no temporary files left behind"
+
+
+def test_cli_logit_lens_errors_are_one_line(tmp_path, capsys):
+    assert main(["analyze", "logit-lens", "--workdir", str(tmp_path), "--out", str(tmp_path / "o")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("edge-jax: error:") and "\n" not in err
+    (tmp_path / "w").mkdir()
+    args = ["analyze", "logit-lens", "--workdir", str(tmp_path / "w"), "--out", str(tmp_path / "o")]
+    assert main(args + ["--label", "a", "--label", "b"]) == 2
+    assert "--label" in capsys.readouterr().err
+    assert main(args + ["--config.train.steps=3"]) == 2
+    assert "do not apply" in capsys.readouterr().err
