@@ -17,10 +17,13 @@ windows of 1,536-character examples (5 segments each). The gate logits start at 
 the gate trained at lr 0.005; BlueLM-3B's shape is not published, so the Qwen3-4B shape stands in.
 """
 from edge_jax.config import ConfigError, parse_arg
+from edge_jax.infer.kv_methods import KV_METHODS
 from edge_jax.models.presets import sized_config
+from edge_jax.papers.edgeinfinite.config import GATE
+
+GATE_LR = (".*memory_gate/g=10.0",)  # the gate logits learn at 10 x train.lr (0.05 at lr 0.005)
 
 STAGES = ("base", "gate")
-METHODS = ("edgeinfinite", "fullkv", "streamingllm", "snapkv", "pyramidkv")
 SIZES = {"tiny": "tiny", "paper": "qwen3_4b"}
 
 TINY = dict(
@@ -29,20 +32,21 @@ TINY = dict(
                          qa_questions=50)),
     gate=dict(data=dict(name="longctx", longctx_length=1536, longctx_examples=1000, seq_len=800, batch_size=8),
               train=dict(steps=150, lr=5e-3, min_lr=5e-4, warmup_steps=15, eval_every=50, eval_batches=4,
-                         gate_lr=5e-2)),
+                         lr_multipliers=GATE_LR)),
     infini=dict(infini_hidden=32, infini_sink=32, infini_window=32, infini_segment=128, infini_gate_init=-2.0),
 )
 PAPER = dict(
     base=dict(data=dict(seq_len=4096)),
     gate=dict(data=dict(seq_len=8192, batch_size=32), train=dict(steps=6250, lr=5e-3, min_lr=5e-4, warmup_steps=100,
-                                                                gate_lr=5e-2)),
+                                                                lr_multipliers=GATE_LR)),
     infini=dict(infini_hidden=20, infini_sink=300, infini_window=200, infini_segment=2048, infini_gate_init=-2.0),
 )
 
 
 def get_config(arg=None):
     a = parse_arg(arg, size="tiny", stage="gate", method="edgeinfinite")
-    for key, value, valid in (("size", a.size, tuple(SIZES)), ("stage", a.stage, STAGES), ("method", a.method, METHODS)):
+    choices = (("size", a.size, tuple(SIZES)), ("stage", a.stage, STAGES), ("method", a.method, KV_METHODS.names()))
+    for key, value, valid in choices:
         if value not in valid:
             raise ConfigError(f"unknown {key} {value!r} for configs/edgeinfinite.py; valid: {', '.join(valid)}")
     preset = TINY if a.size == "tiny" else PAPER
@@ -60,7 +64,7 @@ def get_config(arg=None):
     c.longctx.method = a.method
     if a.method == "edgeinfinite":
         c.model.update(infini_hidden=sizes["infini_hidden"], infini_gate_init=sizes["infini_gate_init"])
-        c.train.trainable = "memory_gate"
+        c.train.trainable = GATE
     else:  # a KV-cache baseline evaluates the base as it is
         c.train.steps = 0
     if a.size == "tiny":

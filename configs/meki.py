@@ -13,17 +13,17 @@ hide a |V| x d_mem memory. Validation loss is on pystdlib (the first part); afte
 held-out facts questions are answered greedily for exact-match recall.
 """
 from edge_jax.config import ConfigError, parse_arg
+from edge_jax.layers.memory.base import MEMORY_KINDS
 from edge_jax.layers.memory.ngram_hash import engram_placement
 from edge_jax.models.presets import MEKI_PAPER, sized_config
 
-MEMORIES = ("meki", "ple", "engram", "none")
 CPU_DATA = dict(name="pystdlib+facts*16", tokenizer="spm:4096", facts_entities=400)
 
 
 def get_config(arg=None):
     a = parse_arg(arg, size="tiny", memory="meki", d_mem=0)
-    if a.memory not in MEMORIES:
-        raise ConfigError(f"unknown memory {a.memory!r}; valid: {', '.join(MEMORIES)}")
+    if a.memory not in MEMORY_KINDS:
+        raise ConfigError(f"unknown memory {a.memory!r}; valid: {', '.join(MEMORY_KINDS.names())}")
     c = sized_config(a.size)
     c.model.memory = a.memory
     paper = MEKI_PAPER.get(a.size)

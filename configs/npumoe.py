@@ -22,10 +22,10 @@ base capacity chunk*k/E is 64, as for PhiMoE at chunk 512. Paper: PhiMoE (16 exp
 top-2, 32 layers, d 4096, 32/8 heads x 128, vocabulary 32064).
 """
 from edge_jax.config import ConfigError, parse_arg
+from edge_jax.layers.moe.strategies import MOE_STRATEGIES
 from edge_jax.models.presets import sized_config
 
 SIZES = {"tiny": "tiny", "paper": "phimoe"}
-STRATEGIES = ("dropless", "ragged", "uniform", "npumoe")
 MOE = {"tiny": dict(moe_experts=16, moe_top_k=2, moe_d_ff=128, moe_aux_weight=0.0),
        "paper": dict(moe_experts=16, moe_top_k=2, moe_d_ff=6400, moe_aux_weight=0.01)}
 TINY_TRAIN = dict(data=dict(seq_len=256, batch_size=16),
@@ -34,7 +34,7 @@ TINY_TRAIN = dict(data=dict(seq_len=256, batch_size=16),
 
 def get_config(arg=None):
     a = parse_arg(arg, size="tiny", strategy="uniform")
-    for key, value, valid in (("size", a.size, tuple(SIZES)), ("strategy", a.strategy, STRATEGIES)):
+    for key, value, valid in (("size", a.size, tuple(SIZES)), ("strategy", a.strategy, MOE_STRATEGIES.names())):
         if value not in valid:
             raise ConfigError(f"unknown {key} {value!r} for configs/npumoe.py; valid: {', '.join(valid)}")
     c = sized_config(SIZES[a.size])

@@ -12,16 +12,18 @@ The tiny size trains on pystdlib with the byte tokenizer (300 steps of 16 x 128 
 Algorithm 1's sparsity sweep on 4 validation batches after training (``train.sparsity_batches``).
 """
 from edge_jax.config import ConfigError, parse_arg
-from edge_jax.models.presets import plm_variant, sized_config
+from edge_jax.layers.ffn import FFN_KINDS
+from edge_jax.models.presets import sized_config
+from edge_jax.papers.plm.variants import plm_variant
 
 SIZES = ("tiny", "1p8b")
-ATTENTION = ("mla", "gqa", "mha")
-FFNS = ("relu2", "swiglu", "relu", "gelu")
+ATTENTION = ("mla", "gqa", "mha")  # PLM's attention twins (edge_jax.papers.plm.variants)
 
 
 def get_config(arg=None):
     a = parse_arg(arg, size="tiny", attention="mla", ffn="relu2", match_params=True)
-    for key, value, valid in (("size", a.size, SIZES), ("attention", a.attention, ATTENTION), ("ffn", a.ffn, FFNS)):
+    choices = (("size", a.size, SIZES), ("attention", a.attention, ATTENTION), ("ffn", a.ffn, FFN_KINDS.names()))
+    for key, value, valid in choices:
         if value not in valid:
             raise ConfigError(f"unknown {key} {value!r} for configs/plm.py; valid: {', '.join(valid)}")
     c = sized_config(f"plm_{a.size}")

@@ -36,3 +36,53 @@ def test_console_script_help():
 def test_params_command(capsys):
     assert main(["params", "--config", "configs/lm.py:size=qwen3_0p6b"]) == 0
     assert "ours/paper" in capsys.readouterr().out
+
+
+def test_paper_commands_and_analyses_come_from_the_registry():
+    from edge_jax.cli import build_parser
+    from edge_jax.registry import COMMANDS
+    sub = next(a for a in build_parser()._actions if a.dest == "command")
+    assert list(sub.choices)[:5] == ["train", "eval", "params", "grid", "bench"]
+    for name in COMMANDS:
+        group, _, leaf = name.rpartition(" ")
+        assert leaf in (next(a for a in sub.choices[group]._actions if a.dest == "analysis").choices
+                        if group else sub.choices)
+    assert {"moe", "cache", "analyze logit-lens", "analyze kv-cache", "analyze sparsity"} <= set(COMMANDS)
+
+
+def test_config_overrides_only_where_they_apply(capsys, tmp_path):
+    assert main(["eval", "--workdir", str(tmp_path), "--config.train.steps=3"]) == 2
+    assert capsys.readouterr().err.strip() == "edge-jax: error: --config.* overrides do not apply to `eval`"
+    assert main(["grid", "ablations/plm_schedule.py", "--config.train.steps=3"]) == 2
+    assert "use --set KEY=VALUE" in capsys.readouterr().err
+    assert main(["analyze", "logit-lens", "--workdir", str(tmp_path), "--out", str(tmp_path),
+                 "--config.train.steps=3"]) == 2
+    assert "do not apply to `analyze`" in capsys.readouterr().err
+
+
+def test_one_line_errors_are_user_errors():
+    from edge_jax.data import DataError
+    from edge_jax.errors import ConfigError, UserError
+    from edge_jax.papers.npumoe.calibrate import CalibrationError
+    from edge_jax.data.routing_trace import TraceError
+    from edge_jax.train.loop import TrainingError
+    for error in (ConfigError, DataError, CalibrationError, TraceError, TrainingError):
+        assert issubclass(error, UserError), error
+
+
+def test_bench_harness_reads_the_registry():
+    import argparse
+
+    from edge_jax.bench import command
+    from edge_jax.registry import BENCHMARKS
+    parser = argparse.ArgumentParser()
+    command.add_arguments(parser)
+    assert {"train-step", "meki-decode", "mla-decode", "long-context", "moe", "cache-sim"} <= set(BENCHMARKS)
+    groups = {g.title for g in parser._action_groups}
+    assert set(BENCHMARKS) <= groups
+    for name, bench in BENCHMARKS.items():
+        args = parser.parse_args([name])
+        assert args.repeats is None and args.chunk is None  # filled by run() from the benchmark's defaults
+        assert set(bench.defaults) <= {"repeats", "chunk"}
+    repeats = next(a for a in parser._actions if a.dest == "repeats")
+    assert repeats.help == "timed rounds (median reported; default 5, long-context 1)"

@@ -64,3 +64,67 @@ def test_mesh_conflicts_are_named():
     c = load_config(SPEC, {"mesh.data": 1, "mesh.tensor": 8, "model.vocab_size": 320})
     with pytest.raises(ConfigError, match="model.n_heads=4 is not divisible by mesh.tensor=8"):
         check_divisible(c, make_mesh(c.mesh, jax.devices()[:8]))
+
+
+def test_get_config_may_not_invent_keys(tmp_path):
+    path = tmp_path / "bad.py"
+    path.write_text("from edge_jax.config import base_config\n\n"
+                    "def get_config(arg=None):\n    c = base_config()\n    c.model.meki_fusoin = 'add_silu'\n    return c\n")
+    with pytest.raises(ConfigError, match=r"unknown config key 'model\.meki_fusoin'; did you mean 'model\.meki_fusion'"):
+        load_config(str(path))
+
+
+def test_model_config_refuses_unknown_keys():
+    import dataclasses
+
+    from edge_jax.config import base_config
+    from edge_jax.models import ModelConfig
+    model = dict(base_config().model)
+    cfg = ModelConfig.from_config(model)
+    assert {f.name for f in dataclasses.fields(cfg)} == set(model) | {"moe_exec"}  # one declaration, both read it
+    with pytest.raises(ConfigError, match="unknown model key 'meki_fusoin'"):
+        ModelConfig.from_config({**model, "meki_fusoin": "add_silu"})
+
+
+def test_every_key_is_declared_once():
+    from edge_jax.config import base_config, flatten
+    from edge_jax.registry import SECTIONS
+    declared = [f"{s.section}.{k}" for _, s in SECTIONS.items() for k in s.defaults()]
+    assert len(declared) == len(set(declared))
+    assert set(declared) <= set(flatten(base_config()))
+
+
+def test_old_workdir_configs_upgrade():
+    from edge_jax.config import upgrade_config
+    old = {"train": {"trainable": "memory_gate", "gate_lr": 0.05, "lr": 0.005, "steps": 3}, "model": {"d_model": 8}}
+    new = upgrade_config(old)
+    assert new["train"]["trainable"] == ".*memory_gate.*" and "gate_lr" not in new["train"]
+    assert new["train"]["lr_multipliers"] == [".*memory_gate/g=10.0"] and new["model"] == {"d_model": 8}
+    assert upgrade_config({"train": {"trainable": "all", "gate_lr": 0.0}})["train"] == {"trainable": ".*"}
+
+
+@pytest.mark.parametrize("overrides,needle", [
+    ({"train.trainable": "(unclosed"}, "train.trainable='(unclosed' is not a regular expression"),
+    ({"train.lr_multipliers": "['.*g']"}, "must read REGEX=MULT"),
+    ({"train.lr_multipliers": "['.*g=-1']"}, "with a positive number"),
+])
+def test_trainable_patterns_are_checked(overrides, needle):
+    with pytest.raises(ConfigError) as e:
+        load_config(SPEC, overrides)
+    assert needle in str(e.value) and "\n" not in str(e.value)
+
+
+def test_registry_names_and_errors():
+    from edge_jax.registry import Registry
+    reg = Registry("colour", key="paint.colour")
+    reg.register("red", 1)
+
+    @reg.register("green")
+    def green():
+        return 2
+
+    assert reg.names() == ("red", "green") and reg.get("green") is green and "red" in reg
+    with pytest.raises(ValueError, match="registered twice"):
+        reg.register("red", 3)
+    with pytest.raises(ConfigError, match=r"unknown paint\.colour value 'rde'; did you mean 'red'"):
+        reg.get("rde")

@@ -1,7 +1,10 @@
 """The one exception type of the data layer."""
+from __future__ import annotations
+
+from edge_jax.errors import UserError
 
 
-class DataError(ValueError):
+class DataError(UserError, ValueError):
     """A data problem the user can fix: a one-line message naming the problem and the fix."""
 
     def __init__(self, message: str):

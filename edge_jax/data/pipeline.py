@@ -93,7 +93,7 @@ def _check_sizes(data_cfg, process_count: int) -> tuple[int, int]:
 
 
 def make_train_iter(data_cfg, tok, seed: int, process_index: int = 0, process_count: int = 1):
-    """Infinite grain iterator of {'inputs', 'targets'}: int32[batch_size // process_count,
+    """Endless grain iterator of {'inputs', 'targets'}: int32[batch_size // process_count,
     seq_len]. It has get_state() -> JSON-able dict and set_state(state); restoring a state
     replays exactly the batches that followed it. Deterministic given (data, tokenizer, seed,
     process_index, process_count)."""

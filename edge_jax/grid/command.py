@@ -1,10 +1,10 @@
 """`edge-jax grid`: run an ablation grid, then write its table and plot.
 
-    edge-jax grid ablations/plm_schedule.py --preset tiny --seeds 2
-    edge-jax grid ablations/plm_schedule.py --list            # K, cell, seed, status
-    edge-jax grid ablations/plm_schedule.py --cell 3          # one unit (job arrays)
-    edge-jax grid ablations/plm_schedule.py --tables-only     # rebuild from records
-    edge-jax grid ablations/plm_schedule.py --set train.steps=50
+    edge-jax grid ablations/NAME.py --preset tiny --seeds 2
+    edge-jax grid ablations/NAME.py --list            # K, cell, seed, status
+    edge-jax grid ablations/NAME.py --cell 3          # one unit (job arrays)
+    edge-jax grid ablations/NAME.py --tables-only     # rebuild from records
+    edge-jax grid ablations/NAME.py --set train.steps=50
 
 Mount with `command.add_arguments(subparser)` and dispatch to `command.run(args)`.
 Exit status: 0 all done, 1 some cell failed, 2 bad arguments or ablation file.
@@ -22,7 +22,7 @@ from edge_jax.grid import plots, runner, spec, tables
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("ablation", help="ablation file, e.g. ablations/plm_schedule.py")
+    parser.add_argument("ablation", help="ablation file, e.g. ablations/NAME.py")
     parser.add_argument("--preset", default="tiny", help="grid preset (default: tiny)")
     parser.add_argument("--seeds", type=int, default=2, metavar="N",
                         help="run seeds 0..N-1 (default: 2)")

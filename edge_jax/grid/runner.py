@@ -8,10 +8,11 @@ Layout under the output directory OUT:
 A record exists only for a finished cell x seed, so a rerun after a crash or kill
 skips the finished ones and resumes the others from their workdirs. A cell whose full
 config (seed included) equals that of a record in a sibling grid's output (the same
-baseline in several MeKi tables, say) reuses that run: its record is copied with
+baseline in several tables of one paper, say) reuses that run: its record is copied with
 ``reused_from`` naming the source, and nothing is trained twice. The training
 function and the config loader are injectable (tests pass fakes); by default they
-are edge_jax.train.loop.train_and_evaluate and edge_jax.config.load_config.
+are the runner that :data:`edge_jax.registry.RUNNERS` holds for the config's task
+(``lm``: edge_jax.train.loop.train_and_evaluate) and edge_jax.config.load_config.
 """
 from __future__ import annotations
 
@@ -19,16 +20,15 @@ import dataclasses
 import datetime
 import json
 import math
-import platform
 import socket
-import subprocess
 import time
 import traceback
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
-from edge_jax.utils.atomic import write_json_atomic, write_text_atomic
 from edge_jax.grid.spec import Grid
+from edge_jax.utils.atomic import write_json_atomic, write_text_atomic
+from edge_jax.utils.provenance import device_info, git_info, versions
 
 RECORD_VERSION = 1
 TrainFn = Callable[[Any, str], dict]
@@ -81,12 +81,11 @@ def workdir(out: str | Path, unit: Unit) -> Path:
 
 
 def _default_train_fn(config, wd: str) -> dict:
-    from edge_jax.config import is_cache_sim
-    if is_cache_sim(config):
-        from edge_jax.papers.expert_cache.experiment import run_experiment
-        return run_experiment(config, wd)
-    from edge_jax.train.loop import train_and_evaluate
-    return train_and_evaluate(config, wd)
+    """Run ``config`` in ``wd`` with the runner registered for its task (``lm``: train and evaluate)."""
+    import edge_jax.train.loop  # noqa: F401  (registers the "lm" runner; papers register theirs)
+    from edge_jax.config import task_of
+    from edge_jax.registry import RUNNERS
+    return RUNNERS.get(task_of(config))(config, wd)
 
 
 def _default_load_config(base: str, overrides: dict):
@@ -302,42 +301,6 @@ def resolved_vocab_size(config: dict, workdir: str | Path | None = None) -> int:
     if vocab <= 0:
         raise ValueError(f"vocabulary size unknown for a record (workdir {workdir}); rerun the cell")
     return vocab
-
-
-def git_info(where: str | Path) -> dict:
-    """{"commit": sha or None, "dirty": bool or None}; None where git cannot tell."""
-    def git(*args):
-        return subprocess.run(["git", *args], cwd=where, capture_output=True,
-                              text=True, timeout=20)
-    try:
-        head = git("rev-parse", "HEAD")
-        status = git("status", "--porcelain", "--untracked-files=no")
-    except (OSError, subprocess.SubprocessError):
-        return {"commit": None, "dirty": None}
-    return {"commit": head.stdout.strip() if head.returncode == 0 else None,
-            "dirty": bool(status.stdout.strip()) if status.returncode == 0 else None}
-
-
-def device_info() -> dict:
-    try:
-        import jax
-        devices = jax.devices()
-        return {"platform": devices[0].platform, "device_kind": devices[0].device_kind,
-                "device_count": len(devices), "process_count": jax.process_count()}
-    except Exception as e:  # noqa: BLE001 - a record without device info beats none
-        return {"error": f"{type(e).__name__}: {_one_line(e)}"}
-
-
-def versions() -> dict:
-    import edge_jax
-    info = {"python": platform.python_version(), "edge_jax": edge_jax.__version__}
-    try:
-        import jax
-        import jaxlib
-        info.update(jax=jax.__version__, jaxlib=jaxlib.__version__)
-    except ImportError:
-        info.update(jax=None, jaxlib=None)
-    return info
 
 
 def _config_dict(config) -> dict:

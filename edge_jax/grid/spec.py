@@ -13,7 +13,7 @@ An ablation file defines `get_grid(preset: str) -> dict` with these keys:
     paper            {"metric": label of the paper's own metric,
                       "values": {cell: number or None},
                       "higher_is_better": bool,
-                      "source": where in the paper, e.g. "PLM Fig. 10",
+                      "source": where in the paper, e.g. "Fig. 10",
                       "order": optional [cell, ...] best first, for a paper that
                                states an ordering without numbers; an entry may be a
                                list of cells the paper does not order among themselves

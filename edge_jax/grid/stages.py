@@ -1,4 +1,4 @@
-"""Shared prerequisite runs of a grid ("stages"): e.g. EdgeInfinite's base LM and its trained gate.
+"""Shared prerequisite runs of a grid ("stages"): e.g. a base LM that every cell fine-tunes.
 
 A grid may declare ``"stages": {name: {"base": config spec, "overrides": {...}, "shared": bool}}``
 and cells (or later stages) refer to a stage's workdir as the string ``"{stage:name}"`` in an override
@@ -7,9 +7,11 @@ value (usually ``init_from``). Before a unit runs, each stage it refers to is tr
     <parent of OUT>/_stages/<name>-<hash of its full config>/seed<s>/
 
 (``seed`` 0 for a ``shared`` stage, the unit's seed otherwise), so every grid beside OUT that needs
-the same run finds it there. ``--set`` overrides of the grid command do not reach stages. A stage is done when its ``final_metrics.json`` exists; an unfinished
-one resumes from its checkpoints. An exclusive lock per stage workdir keeps parallel grid processes
-(``--cell K`` in several shells) from training it twice.
+the same run finds it there. ``--set`` overrides of the grid command do not reach stages. A stage
+is done when its ``final_metrics.json`` exists; an unfinished one resumes from its checkpoints. An
+exclusive lock per stage workdir keeps parallel grid processes (``--cell K`` in several shells) from
+training it twice. A finished stage written before a config key was renamed (its directory hash
+differs) is found by its upgraded ``config.json`` and reused.
 """
 from __future__ import annotations
 
@@ -49,18 +51,38 @@ def references(overrides: dict) -> list[str]:
     return [m for v in overrides.values() if isinstance(v, str) for m in _REF.findall(v)]
 
 
+def _identity(config: dict, defaults: dict) -> dict:
+    """The flat keys that tell runs apart: those off their schema default, less seed and HASH_IGNORED."""
+    return {k: v for k, v in config.items()
+            if k not in HASH_IGNORED and k != "seed" and (k not in defaults or defaults[k] != v)}
+
+
+def _flat_json(d) -> dict:
+    from edge_jax.config import flatten
+    return flatten(json.loads(json.dumps(d, default=str)))
+
+
 def stage_dir(root: Path, name: str, config) -> Path:
     """``root/_stages/<name>-<hash>``: the hash covers every config key that differs from its schema
     default (so keys added to the schema later, at their defaults, leave trained stages where they are)."""
-    from edge_jax.config import flatten, schema_defaults
-
-    def flat(c):
-        return flatten(json.loads(json.dumps(c.to_dict(), default=str)))
-    defaults = flat(schema_defaults(config))
-    kept = {k: v for k, v in flat(config).items()
-            if k not in HASH_IGNORED and k != "seed" and (k not in defaults or defaults[k] != v)}
+    from edge_jax.config import schema_defaults
+    kept = _identity(_flat_json(config.to_dict()), _flat_json(schema_defaults(config).to_dict()))
     digest = hashlib.sha1(json.dumps(kept, sort_keys=True).encode()).hexdigest()[:10]
     return root / "_stages" / f"{name}-{digest}"
+
+
+def _older_stage(root: Path, name: str, s: int, config) -> Path | None:
+    """A finished ``name`` stage for seed ``s`` whose config, upgraded to today's keys
+    (:func:`edge_jax.config.upgrade_config`), is ``config``: written before a key was renamed."""
+    from edge_jax.config import schema_defaults, upgrade_config
+    defaults = _flat_json(schema_defaults(config).to_dict())
+    want = _identity(_flat_json(config.to_dict()), defaults)
+    for wd in sorted((root / "_stages").glob(f"{name}-*/seed{s}")):
+        path = wd / "config.json"
+        if (wd / "final_metrics.json").exists() and path.exists():
+            if _identity(_flat_json(upgrade_config(json.loads(path.read_text()))), defaults) == want:
+                return wd
+    return None
 
 
 def resolve(overrides: dict, stages: dict, seed: int, root: Path, train_fn: Callable, load_config: Callable,
@@ -88,6 +110,10 @@ def ensure(name: str, stages: dict, seed: int, root: Path, train_fn: Callable, l
         wd = wd.relative_to(Path.cwd())
     if (wd / "final_metrics.json").exists():
         return wd
+    older = _older_stage(root, name, s, config)
+    if older is not None:
+        log(f"stage {name} seed {s}: reusing {older} (its config predates a key rename)")
+        return older
     wd.mkdir(parents=True, exist_ok=True)
     with _locked(wd.parent / f"seed{s}.lock"):
         if not (wd / "final_metrics.json").exists():

@@ -185,8 +185,8 @@ def markdown(t: Table) -> str:
     lines.append("|---|" + "---:|" * (len(header) - 1))
     for row in t.rows:
         cells = [row.cell, str(row.stats[g.metric].n),
-                 *[_mean_std(row.stats[m]) for m in metrics],
-                 _num(row.paper_value), _num(row.our_rank), _num(row.paper_rank)]
+                 *[format_stat(row.stats[m]) for m in metrics],
+                 *[format_number(x) for x in (row.paper_value, row.our_rank, row.paper_rank)]]
         lines.append("| " + " | ".join(cells) + " |")
     lines += ["", _summary(t)]
     missing = [f"{r.cell} (seed{'s' if len(r.missing_seeds) > 1 else ''} "
@@ -275,7 +275,8 @@ def _digits(x: float) -> int:
     return min(6, max(0, 3 - math.floor(math.log10(abs(x)))))
 
 
-def _mean_std(s: Stat) -> str:
+def format_stat(s: Stat) -> str:
+    """``mean ± std`` to about four significant digits (``mean`` alone for one value, ``—`` for none)."""
     if s.n == 0 or s.mean is None:
         return "—"
     d = _digits(s.mean)
@@ -284,7 +285,8 @@ def _mean_std(s: Stat) -> str:
     return f"{s.mean:.{d}f} ± {s.std:.{d}f}"
 
 
-def _num(x) -> str:
+def format_number(x) -> str:
+    """An int as is, a float to about four significant digits without trailing zeros, ``—`` for None."""
     if x is None:
         return "—"
     if isinstance(x, int):

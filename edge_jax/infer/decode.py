@@ -1,10 +1,11 @@
 """KV-cache decoding: prefill a prompt, then one token per step, with jitted, cache-donating steps.
 
-The cache is the attention layers' ``"cache"`` collection: ``cached_key`` / ``cached_value``
-[B, S, G, K] for GQA (:mod:`edge_jax.layers.attention`), ``cached_latent`` [B, S, d_c] and
-``cached_rope_key`` [B, S, d_rope] for MLA (:mod:`edge_jax.layers.mla`; ``model.mla_absorb`` picks
-the naive or the absorbed decode), and ``cache_index`` per layer, S fixed by :func:`init_cache`. Every call passes positions explicitly (``cache_index + arange(T)``), so slot ``s``
-of the cache holds position ``s``; all rows of a batch advance together.
+The cache is the explicit per-layer cache of :mod:`edge_jax.infer.kv_state`, the one every inference
+path uses, in its plain layout: GQA keys and values, or MLA's latent and RoPE key
+(``model.mla_absorb`` picks the naive or the absorbed decode), and a validity flag per slot;
+:func:`init_cache` sizes it (S slots). Every call writes its tokens in place at the next free slots,
+slot ``s`` holding position ``s``, and attends over the filled ones
+(:func:`edge_jax.layers.cache_attention.join_cache`); all rows of a batch advance together.
 
 Folded MeKi can keep its tables outside the device (:func:`host_tables`): the rows of each step's
 tokens are gathered on the host and passed as ``meki_rows``, which is what the paper's on-device
@@ -24,6 +25,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.sharding import SingleDeviceSharding
 
+from edge_jax.infer.kv_state import apply_chunk, capacity, empty_caches, fill, filled
 from edge_jax.models.decoder import ModelConfig
 
 
@@ -33,35 +35,32 @@ def check_supported(cfg: ModelConfig) -> None:
                          "need past tokens); use edge_jax.models.generate.greedy_generate")
 
 
-def init_cache(model, batch: int, max_len: int):
-    """Zero cache for ``batch`` rows of up to ``max_len`` tokens (shapes from ``jax.eval_shape``: no
-    parameters are materialised)."""
+def init_cache(model, batch: int, max_len: int) -> list[dict]:
+    """Empty per-layer caches for ``batch`` rows of up to ``max_len`` tokens."""
     check_supported(model.cfg)
-    tokens_BS = jnp.zeros((batch, max_len), jnp.int32)
-    shapes = jax.eval_shape(functools.partial(model.init, decode=True), jax.random.key(0), tokens_BS)["cache"]
-    return jax.tree_util.tree_map(lambda s: jnp.zeros(s.shape, s.dtype), shapes)
+    return empty_caches(model.cfg, batch, max_len, plain=True)
 
 
 def cache_index(cache):
     """Number of filled slots (an int32 device scalar; the same in every layer)."""
-    return cache["layers_0"]["attn"]["cache_index"]
+    return filled(cache)
 
 
 def cache_length(cache) -> int:
-    """Slots per row: the length of any cached per-token array (GQA keys, MLA latents)."""
-    attn = cache["layers_0"]["attn"]
-    return next(v.shape[1] for k, v in attn.items() if k != "cache_index")
+    """Slots per row."""
+    return capacity(cache)
 
 
 @functools.partial(jax.jit, static_argnums=0, donate_argnums=2)
 def _forward(model, params, cache, tokens_BT, extra):
     """Write ``tokens_BT`` into the cache; logits at the last position, their argmax, the new cache."""
     B, T = tokens_BT.shape
-    positions_BT = jnp.broadcast_to(cache_index(cache) + jnp.arange(T, dtype=jnp.int32), (B, T))
-    logits_BTV, updated = model.apply({"params": params, "cache": cache}, tokens_BT, positions_BT,
-                                      decode=True, mutable=["cache"], **extra)
+    start = cache_index(cache)
+    positions_BT = jnp.broadcast_to(start + jnp.arange(T, dtype=jnp.int32), (B, T))
+    logits_BTV, extras = apply_chunk(model, params, tokens_BT, positions_BT, cache, **extra)
+    cache = [fill(c, e, start, T) for c, e in zip(cache, extras)]
     logits_BV = logits_BTV[:, -1]
-    return logits_BV, jnp.argmax(logits_BV, axis=-1).astype(jnp.int32)[:, None], updated["cache"]
+    return logits_BV, jnp.argmax(logits_BV, axis=-1).astype(jnp.int32)[:, None], cache
 
 
 def prefill(model, params, cache, tokens_BT, **extra):

@@ -12,7 +12,10 @@ append the generated tokens after those (``extra`` slots).
   ones, in chunks of ``(budget - sink) // 2``; after each chunk only sink + recent stay, and positions
   are re-assigned inside the cache (slot i is read at position i), so no position exceeds the cache.
 
-Each session has ``prefill(tokens_BT)`` and ``step(token_B1)`` returning the last logits [B, V].
+Each session has ``prefill(tokens_BT)`` and ``step(token_B1)`` returning the last logits [B, V], and
+its per-layer caches (:mod:`edge_jax.infer.kv_state`: GQA keys and values or MLA latents) as
+``caches``. Each method is registered in :data:`edge_jax.infer.kv_methods.KV_METHODS` under its
+``longctx.method`` name, built by ``from_config``; a new baseline is a class and one registration.
 """
 from __future__ import annotations
 
@@ -20,21 +23,21 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from edge_jax.infer.kv_select import (
-    gather_kv,
-    gather_per_group,
-    pyramid_budgets,
-    snapkv_indices,
-    streaming_indices,
-)
-from edge_jax.infer.kv_state import empty_caches, run_chunk, write
+from edge_jax.errors import ConfigError
+from edge_jax.infer.kv_methods import KV_METHODS
+from edge_jax.infer.kv_select import pyramid_budgets, snapkv_indices, streaming_indices
+from edge_jax.infer.kv_state import SLOT_ARRAYS, empty_caches, first_slots, pad_slots, run_chunk, take_slots, write
 
-METHODS = ("fullkv", "streamingllm", "snapkv", "pyramidkv")
 _select = jax.jit(snapkv_indices, static_argnames=("budget", "window", "kernel", "kind"))
 
 
 class CacheSession:
     """Decoding after a prefill: each layer appends at its own next free slot."""
+    label = ""
+
+    @classmethod
+    def validate(cls, config, budget: int) -> None:
+        """Raise a one-line ConfigError if ``config`` cannot run this method with ``budget`` slots."""
 
     def __init__(self, model, params, probe=None):
         self.model, self.params, self.cfg = model, params, model.cfg
@@ -43,9 +46,7 @@ class CacheSession:
     def _run(self, tokens_BT, pos_BT, real=None, votes: int = 0, slots: int | None = None):
         """One chunk after the first ``slots`` cache slots (default all)."""
         T = tokens_BT.shape[1]
-        caches = self.caches if slots is None else [
-            {"k": c["k"][:, :slots], "v": c["v"][:, :slots], "pos": c["pos"][..., :slots],
-             "valid": c["valid"][..., :slots]} for c in self.caches]
+        caches = self.caches if slots is None else [first_slots(c, slots) for c in self.caches]
         args = (self.model, self.params, jnp.asarray(tokens_BT, jnp.int32), jnp.asarray(pos_BT, jnp.int32), caches)
         kwargs = dict(votes=votes, real=T if real is None else real)
         if self.probe is not None:
@@ -53,7 +54,7 @@ class CacheSession:
         return run_chunk(*args, **kwargs)
 
     def _store(self, extras, pos_BT, count: int, T: int):
-        self.caches = [write(c, e["k"], e["v"], jnp.asarray(pos_BT, jnp.int32), n, count)
+        self.caches = [write(c, e, jnp.asarray(pos_BT, jnp.int32), n, count)
                        for c, e, n in zip(self.caches, extras, self.next_slot)]
         self.next_slot = [n + count for n in self.next_slot]
 
@@ -92,7 +93,14 @@ class CacheSession:
         return logits[:, 0]
 
 
+@KV_METHODS.register("fullkv")
 class FullKVSession(CacheSession):
+    label = "FullKV"
+
+    @classmethod
+    def from_config(cls, model, params, config, budget: int):
+        return cls(model, params, config.longctx.prefill_chunk, config.longctx.answer_tokens)
+
     def __init__(self, model, params, chunk: int, extra: int, probe=None):
         super().__init__(model, params, probe)
         self.chunk, self.extra = chunk, extra
@@ -106,36 +114,14 @@ class FullKVSession(CacheSession):
         return logits
 
 
-class SnapKVSession(CacheSession):
-    """SnapKV (``pyramid=False``) or PyramidKV (``pyramid=True``)."""
-
-    def __init__(self, model, params, chunk: int, extra: int, budget: int, obs_window: int, kernel: int,
-                 pyramid: bool = False, beta: float = 20.0, probe=None):
-        super().__init__(model, params, probe)
-        self.chunk, self.extra, self.obs_window, self.kernel = chunk, extra, obs_window, kernel
-        n = model.cfg.n_layers
-        self.budgets = pyramid_budgets(n, budget, obs_window, beta) if pyramid else [budget] * n
-
-    def prefill(self, tokens_BT):
-        tokens_BT = np.asarray(tokens_BT, np.int32)
-        B, L = tokens_BT.shape
-        capacity = -(-L // self.chunk) * self.chunk + self.chunk
-        logits, votes = self._prefill_full(tokens_BT, capacity, self.chunk, votes=self.obs_window)
-        valid_BS = jnp.broadcast_to(jnp.arange(capacity) < L, (B, capacity))
-        caches, slots = [], []
-        for cache, vote, budget in zip(self.caches, votes, self.budgets):
-            idx, keep = _select(vote, valid_BS, budget=budget, window=self.obs_window, kernel=self.kernel)
-            pad = lambda x, axis: jnp.concatenate(  # noqa: E731 - room for the generated tokens
-                [x, jnp.zeros(x.shape[:axis] + (self.extra,) + x.shape[axis + 1:], x.dtype)], axis=axis)
-            caches.append({"k": pad(gather_kv(cache["k"], idx), 1), "v": pad(gather_kv(cache["v"], idx), 1),
-                           "pos": pad(gather_per_group(cache["pos"], idx), 2),
-                           "valid": pad(keep & gather_per_group(cache["valid"], idx), 2)})
-            slots.append(budget)
-        self.caches, self.next_slot, self.position = caches, slots, L
-        return logits
-
-
+@KV_METHODS.register("streamingllm")
 class StreamingSession(CacheSession):
+    label = "StreamingLLM"
+
+    @classmethod
+    def from_config(cls, model, params, config, budget: int):
+        return cls(model, params, budget, config.model.infini_sink, config.longctx.answer_tokens)
+
     def __init__(self, model, params, budget: int, sink: int, extra: int, probe=None):
         super().__init__(model, params, probe)
         self.budget, self.sink = budget, sink
@@ -147,15 +133,19 @@ class StreamingSession(CacheSession):
         n = self.next_slot[0]
         if n <= self.budget:
             return
-        B, _, G, _ = self.caches[0]["k"].shape
+        B, G, _ = self.caches[0]["pos"].shape
         idx_BN, _ = streaming_indices(jnp.full((B,), n), self.sink, self.budget - self.sink, n)
         idx_BGN = jnp.broadcast_to(idx_BN[:, None], (B, G, self.budget))
-        self.caches = [{"k": jnp.zeros_like(c["k"]).at[:, :self.budget].set(gather_kv(c["k"], idx_BGN)),
-                        "v": jnp.zeros_like(c["v"]).at[:, :self.budget].set(gather_kv(c["v"], idx_BGN)),
-                        "pos": jnp.broadcast_to(jnp.arange(c["pos"].shape[-1], dtype=jnp.int32), c["pos"].shape),
-                        "valid": jnp.broadcast_to(jnp.arange(c["valid"].shape[-1]) < self.budget, c["valid"].shape)}
-                       for c in self.caches]
+        self.caches = [self._kept(c, take_slots(c, idx_BGN)) for c in self.caches]
         self.next_slot = [self.budget] * self.cfg.n_layers
+
+    def _kept(self, cache, kept):
+        """The kept slots first, read at positions 0 ..; the rest empty."""
+        out = {name: jnp.zeros_like(a).at[:, :self.budget].set(kept[name]) for name, a in cache.items()
+               if name not in SLOT_ARRAYS}
+        out["pos"] = jnp.broadcast_to(jnp.arange(cache["pos"].shape[-1], dtype=jnp.int32), cache["pos"].shape)
+        out["valid"] = jnp.broadcast_to(jnp.arange(cache["valid"].shape[-1]) < self.budget, cache["valid"].shape)
+        return out
 
     def prefill(self, tokens_BT):
         tokens_BT = np.asarray(tokens_BT, np.int32)
@@ -181,3 +171,51 @@ class StreamingSession(CacheSession):
             self._evict()
         self.position = self.next_slot[0]
         return super().step(token_B1)
+
+
+@KV_METHODS.register("snapkv")
+class SnapKVSession(CacheSession):
+    """SnapKV (``pyramid=False``) or PyramidKV (``pyramid=True``)."""
+    label = "SnapKV"
+    pyramid = False
+
+    @classmethod
+    def validate(cls, config, budget: int) -> None:
+        window = config.longctx.obs_window
+        if not 0 < window < budget:
+            raise ConfigError(f"longctx.obs_window={window} must lie in [1, budget {budget}); e.g. 8")
+
+    @classmethod
+    def from_config(cls, model, params, config, budget: int):
+        lc = config.longctx
+        return cls(model, params, lc.prefill_chunk, lc.answer_tokens, budget, lc.obs_window, lc.pool_kernel,
+                   pyramid=cls.pyramid, beta=lc.pyramid_beta)
+
+    def __init__(self, model, params, chunk: int, extra: int, budget: int, obs_window: int, kernel: int,
+                 pyramid: bool = False, beta: float = 20.0, probe=None):
+        super().__init__(model, params, probe)
+        self.chunk, self.extra, self.obs_window, self.kernel = chunk, extra, obs_window, kernel
+        n = model.cfg.n_layers
+        self.budgets = pyramid_budgets(n, budget, obs_window, beta) if pyramid else [budget] * n
+
+    def prefill(self, tokens_BT):
+        tokens_BT = np.asarray(tokens_BT, np.int32)
+        B, L = tokens_BT.shape
+        capacity = -(-L // self.chunk) * self.chunk + self.chunk
+        logits, votes = self._prefill_full(tokens_BT, capacity, self.chunk, votes=self.obs_window)
+        valid_BS = jnp.broadcast_to(jnp.arange(capacity) < L, (B, capacity))
+        caches, slots = [], []
+        for cache, vote, budget in zip(self.caches, votes, self.budgets):
+            idx, keep = _select(vote, valid_BS, budget=budget, window=self.obs_window, kernel=self.kernel)
+            kept = take_slots(cache, idx)
+            caches.append(pad_slots(dict(kept, valid=keep & kept["valid"]), self.extra))  # room for the answer
+            slots.append(budget)
+        self.caches, self.next_slot, self.position = caches, slots, L
+        return logits
+
+
+@KV_METHODS.register("pyramidkv")
+class PyramidKVSession(SnapKVSession):
+    """SnapKV's selection with per-layer budgets falling with depth."""
+    label = "PyramidKV"
+    pyramid = True

@@ -17,7 +17,8 @@ slot 0 and are marked False in the returned validity mask (``keep_valid_BGN`` / 
   (:func:`streaming_indices`).
 
 :func:`gather_kv` and :func:`gather_per_group` apply the returned indices to [B, S, G, K] caches and
-[B, G, S] per-slot arrays (e.g. positions).
+[B, G, S] per-slot arrays (e.g. positions). ``*_reference`` functions are the same selections
+written as NumPy loops (sorting candidate lists), for the tests.
 """
 from __future__ import annotations
 
@@ -25,6 +26,7 @@ from fractions import Fraction
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 POOL_KINDS = ("max", "avg")
 
@@ -72,6 +74,29 @@ def pool_votes(votes_BGS, kernel: int, kind: str = "max", mask=None):
         out = total / jnp.maximum(count, 1.0)
     out = out.astype(votes_BGS.dtype)
     return out if mask is None else jnp.where(mask, out, jnp.zeros((), out.dtype))
+
+
+def _pool_reference(v_S, kernel: int, kind: str, mask_S) -> np.ndarray:
+    """One row pooled in float64 (see :func:`pool_votes_reference`)."""
+    S, r = len(v_S), kernel // 2
+    out = np.zeros(S)
+    for s in range(S):
+        if mask_S[s]:
+            vals = [float(v_S[t]) for t in range(s - r, s + r + 1) if 0 <= t < S and mask_S[t]]
+            out[s] = max(vals) if kind == "max" else sum(vals) / len(vals)
+    return out
+
+
+def pool_votes_reference(votes_BGS, kernel: int, kind: str = "max", mask=None):
+    """:func:`pool_votes` slot by slot in float64: each masked-in slot pools the masked-in entries of
+    its window that exist (max, or their mean); 0 elsewhere. Returns the votes' dtype."""
+    _check_pool(kernel, kind)
+    v = np.asarray(jnp.asarray(votes_BGS, jnp.float32), np.float64)
+    m = np.ones(v.shape, bool) if mask is None else np.broadcast_to(np.asarray(mask, bool), v.shape)
+    out = np.zeros(v.shape)
+    for lead in np.ndindex(v.shape[:-1]):
+        out[lead] = _pool_reference(v[lead], kernel, kind, m[lead])
+    return jnp.asarray(out, jnp.asarray(votes_BGS).dtype)
 
 
 def last_valid_mask(valid_BS, window: int):
@@ -131,6 +156,28 @@ def snapkv_indices(votes_BGS, valid_BS, budget: int, window: int, kernel: int = 
     key_BGN = jnp.sort(jnp.where(ok_BGN, idx_BGN, Sp + jnp.arange(budget, dtype=jnp.int32)), axis=-1)
     keep_valid_BGN = key_BGN < Sp
     return jnp.where(keep_valid_BGN, key_BGN, 0), keep_valid_BGN
+
+
+def snapkv_indices_reference(votes_BGS, valid_BS, budget: int, window: int, kernel: int = 7, kind: str = "max"):
+    """:func:`snapkv_indices` with lists: per row the last ``window`` valid slots, then per group the
+    candidates sorted by (pooled vote descending, slot), the first ``budget - window`` kept."""
+    votes = np.asarray(jnp.asarray(votes_BGS, jnp.float32), np.float64)
+    B, G, S = votes.shape
+    valid_BS = np.ones((B, S), bool) if valid_BS is None else np.asarray(valid_BS, bool)
+    idx, ok = np.zeros((B, G, budget), np.int32), np.zeros((B, G, budget), bool)
+    for b in range(B):
+        real = [s for s in range(S) if valid_BS[b, s]]
+        win = real[max(len(real) - window, 0):] if window else []
+        cands = [s for s in real if s not in win]
+        cand_mask = np.zeros(S, bool)
+        cand_mask[cands] = True
+        for g in range(G):
+            pooled = _pool_reference(votes[b, g], kernel, kind, cand_mask)
+            chosen = sorted(cands, key=lambda s: (-pooled[s], s))[:budget - window]
+            kept = sorted(win + chosen)
+            idx[b, g, :len(kept)] = kept
+            ok[b, g, :len(kept)] = True
+    return jnp.asarray(idx), jnp.asarray(ok)
 
 
 def pyramid_budgets(n_layers: int, avg_budget: int, window: int, beta: float = 20.0) -> list[int]:
@@ -207,3 +254,16 @@ def streaming_indices(n_valid_B, sink: int, recent: int, S: int):
     idx_BN = jnp.where(short_BN, j_1N, full_BN)
     valid_BN = jnp.where(short_BN, j_1N < n_B1, True)
     return jnp.where(valid_BN, idx_BN, 0), valid_BN
+
+
+def streaming_indices_reference(n_valid_B, sink: int, recent: int, S: int):
+    """:func:`streaming_indices` with lists: all n_b slots when they fit, else the first ``sink`` and
+    the last ``recent``."""
+    N = sink + recent
+    n_B = np.clip(np.asarray(n_valid_B), 0, S)
+    idx, ok = np.zeros((len(n_B), N), np.int32), np.zeros((len(n_B), N), bool)
+    for b, n in enumerate(n_B):
+        kept = list(range(n)) if n <= N else list(range(sink)) + list(range(n - recent, n))
+        idx[b, :len(kept)] = kept
+        ok[b, :len(kept)] = True
+    return jnp.asarray(idx), jnp.asarray(ok)

@@ -1,8 +1,10 @@
-"""Feed-forward blocks, selected by ``model.ffn``.
+"""Feed-forward blocks, selected by ``model.ffn`` from :data:`FFN_KINDS`.
 
 - ``swiglu``: ``down(silu(gate(x)) * up(x))`` (gated; Qwen3, Llama).
 - ``relu2``: ``down(max(0, up(x))^2)`` without a gate (PLM eq. 3, Primer).
 - ``relu`` / ``gelu``: ``down(act(up(x)))`` without a gate.
+
+A new kind is one registration: ``FFN_KINDS.register("name", FFNKind(activation, gated))``.
 
 The activation ``a`` (the input of ``down``) can be masked for the sparsity analysis (PLM §7.2,
 Algorithm 1): with ``mask_ratio`` r > 0, the elements with ``|a| <= T_r`` are set to zero, where
@@ -12,17 +14,28 @@ nothing. Each call also sows the fraction of exactly-zero activations into ``"in
 """
 from __future__ import annotations
 
+import dataclasses
+from typing import Callable
+
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-ACTIVATIONS = {
-    "relu2": lambda x: jnp.square(nn.relu(x)),
-    "relu": nn.relu,
-    "gelu": lambda x: nn.gelu(x, approximate=False),
-}
-GATED = {"swiglu": nn.silu}
-FFN_KINDS = tuple(GATED) + tuple(ACTIVATIONS)
+from edge_jax.registry import Registry
+
+
+@dataclasses.dataclass(frozen=True)
+class FFNKind:
+    """``activation`` applied to ``up(x)``, or with ``gated`` to ``gate(x)`` and multiplied by ``up(x)``."""
+    activation: Callable
+    gated: bool = False
+
+
+FFN_KINDS: Registry[FFNKind] = Registry("FFN kind", key="model.ffn")
+FFN_KINDS.register("swiglu", FFNKind(nn.silu, gated=True))
+FFN_KINDS.register("relu2", FFNKind(lambda x: jnp.square(nn.relu(x))))
+FFN_KINDS.register("relu", FFNKind(nn.relu))
+FFN_KINDS.register("gelu", FFNKind(lambda x: nn.gelu(x, approximate=False)))
 
 
 def dense(features, axes, name, std, dtype, param_dtype):
@@ -73,14 +86,13 @@ class FFN(nn.Module):
 
     @nn.compact
     def __call__(self, x_BTD, mask_ratio=None):
-        if self.kind not in FFN_KINDS:
-            raise ValueError(f"unknown ffn kind {self.kind!r}; valid: {', '.join(FFN_KINDS)}")
+        kind = FFN_KINDS.get(self.kind)
         a = (self.init_std, self.dtype, self.param_dtype)
         up_BTF = dense(self.d_ff, ("embed", "mlp"), "up", *a)(x_BTD)
-        if self.kind in GATED:
-            act_BTF = GATED[self.kind](dense(self.d_ff, ("embed", "mlp"), "gate", *a)(x_BTD)) * up_BTF
+        if kind.gated:
+            act_BTF = kind.activation(dense(self.d_ff, ("embed", "mlp"), "gate", *a)(x_BTD)) * up_BTF
         else:
-            act_BTF = ACTIVATIONS[self.kind](up_BTF)
+            act_BTF = kind.activation(up_BTF)
         if mask_ratio is not None:
             act_BTF = mask_smallest(act_BTF, mask_ratio)
         self.sow("intermediates", "zero_fraction", jnp.mean((act_BTF == 0).astype(jnp.float32)))

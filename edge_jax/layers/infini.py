@@ -26,6 +26,7 @@ import dataclasses
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 MEMORY_UPDATES = ("linear", "delta")
 
@@ -60,6 +61,44 @@ def memory_readout(q_BTHK, M_BGKV, z_BGK, eps: float = 1e-6):
     num = jnp.einsum("btgrk,bgkv->btgrv", sq, M_BGKV)
     den = jnp.einsum("btgrk,bgk->btgr", sq, z_BGK)[..., None] + eps
     return (num / den).reshape(B, T, H, -1)
+
+
+def memory_update_reference(M_BGKV, z_BGK, k_BTGK, v_BTGV, valid_BT=None, rule: str = "linear", eps: float = 1e-6):
+    """:func:`memory_update` token by token in float64 numpy: each real token's σ(k) vᵀ (delta: v less
+    the memory's readout of σ(k) before the segment) added to M, σ(k) to z."""
+    if rule not in MEMORY_UPDATES:
+        raise ValueError(f"unknown memory update {rule!r}; valid: {', '.join(MEMORY_UPDATES)}")
+    M0, z0, k, v = (np.asarray(jnp.asarray(a, jnp.float32), np.float64) for a in (M_BGKV, z_BGK, k_BTGK, v_BTGV))
+    valid = np.ones(k.shape[:2], bool) if valid_BT is None else np.asarray(valid_BT, bool)
+    M, z = M0.copy(), z0.copy()
+    B, T, G, _ = k.shape
+    for b in range(B):
+        for g in range(G):
+            for t in range(T):
+                if not valid[b, t]:
+                    continue
+                sk = np.where(k[b, t, g] > 0, k[b, t, g] + 1.0, np.exp(np.minimum(k[b, t, g], 0.0)))
+                val = v[b, t, g]
+                if rule == "delta":
+                    val = val - (sk @ M0[b, g]) / (sk @ z0[b, g] + eps)
+                M[b, g] += np.outer(sk, val)
+                z[b, g] += sk
+    return jnp.asarray(M, jnp.float32), jnp.asarray(z, jnp.float32)
+
+
+def memory_readout_reference(q_BTHK, M_BGKV, z_BGK, eps: float = 1e-6):
+    """:func:`memory_readout` query by query in float64 numpy: σ(q) M / (σ(q) z + ε) of head h's group."""
+    q, M, z = (np.asarray(jnp.asarray(a, jnp.float32), np.float64) for a in (q_BTHK, M_BGKV, z_BGK))
+    B, T, H, _ = q.shape
+    G = M.shape[1]
+    out = np.zeros((B, T, H, M.shape[-1]))
+    for b in range(B):
+        for t in range(T):
+            for h in range(H):
+                g = h // (H // G)
+                sq = np.where(q[b, t, h] > 0, q[b, t, h] + 1.0, np.exp(np.minimum(q[b, t, h], 0.0)))
+                out[b, t, h] = (sq @ M[b, g]) / (sq @ z[b, g] + eps)
+    return jnp.asarray(out, jnp.float32)
 
 
 def empty_memory(batch: int, groups: int, head_dim: int):

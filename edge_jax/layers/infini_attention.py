@@ -1,16 +1,13 @@
-"""The two ways an attention layer runs beside a compressive memory or an explicit KV cache.
+"""EdgeInfinite's segmented attention: a whole long input at once in the segmented layout of
+:mod:`edge_jax.layers.infini` (training, and Algorithm 1's prefill). Cost is linear in T: every part
+attends only to the sink tokens and to itself, and the memory before each segment comes from a scan
+over segments. :func:`segmented_attention_reference` runs the parts one after the other.
 
-``segmented_attention``: a whole long input at once in EdgeInfinite's segmented layout (training,
-and Algorithm 1's prefill). Cost is linear in T: every part attends only to the sink tokens and to
-itself, and the memory before each segment comes from a scan over segments.
+A chunk against an explicit KV cache and memory (decoding, EdgeInfinite's compression during
+decoding, the KV-cache baselines) is :func:`edge_jax.layers.cache_attention.context_attention`.
 
-``context_attention``: a chunk of tokens against an explicit per-layer cache and optional memory
-(decoding, EdgeInfinite's compression during decoding, and the KV-cache baselines). The cache keeps
-keys before RoPE with a position per slot and per KV group, so a policy can keep different tokens
-per head (SnapKV) or re-assign positions inside the cache (StreamingLLM, EdgeInfinite).
-
-Keys and queries arrive before RoPE ([B, T, H|G, K]); both functions return the attention output
-[B, T, H, K] before the output projection, plus what a cache needs (see each docstring).
+Keys and queries arrive before RoPE ([B, T, H|G, K]); the result is the attention output
+[B, T, H, K] before the output projection and the state Algorithm 1 keeps after its prefill.
 """
 from __future__ import annotations
 
@@ -19,12 +16,14 @@ import dataclasses
 import jax
 import jax.numpy as jnp
 
-from edge_jax.layers.dot_attention import causal_mask, dot_product_attention
+from edge_jax.layers.dot_attention import causal_mask, dot_product_attention, dot_product_attention_reference
 from edge_jax.layers.infini import (
     SegmentLayout,
     empty_memory,
     memory_readout,
+    memory_readout_reference,
     memory_update,
+    memory_update_reference,
 )
 from edge_jax.layers.rope import apply_rope
 
@@ -40,13 +39,6 @@ class InfiniSpec:
     segment: int = 0
     update: str = "linear"
     eps: float = 1e-6
-
-
-def rope_per_group(x_BPGK, positions_BGP, theta: float):
-    """RoPE on cached keys whose slots have their own position in every group."""
-    rotate = jax.vmap(lambda x_BPK, p_BP: apply_rope(x_BPK[:, :, None], p_BP, theta)[:, :, 0],
-                      in_axes=(2, 1), out_axes=2)
-    return rotate(x_BPGK, positions_BGP)
 
 
 def _local_attention(q_BTHK, k_BTGK, v_BTGK, sink_k_BSGK, sink_v_BSGK):
@@ -99,40 +91,34 @@ def segmented_attention(q_BTHK, k_BTGK, v_BTGK, layout: SegmentLayout, theta: fl
     return jnp.concatenate(parts, axis=1), state
 
 
-def context_attention(q_BTHK, k_BTGK, v_BTGK, positions_BT, ctx: dict, theta: float, spec: InfiniSpec | None,
-                      gate):
-    """``(attention [B, T, H, K], extras)`` for a chunk at ``positions_BT`` after a cache.
+def segmented_attention_reference(q_BTHK, k_BTGK, v_BTGK, layout: SegmentLayout, theta: float, spec: InfiniSpec,
+                                  gate):
+    """:func:`segmented_attention` part by part: the sink causally; then each segment in turn attends
+    to the sink and causally to itself, reads the memory of the segments before it through the gate
+    (none for the first) and is folded into the memory; then the remaining part with all N."""
+    B, T, _, K = q_BTHK.shape
+    G = k_BTGK.shape[2]
+    S, L, N = layout.sink, layout.segment, layout.n_segments
+    pos_BT = jnp.broadcast_to(layout.local_positions(), (B, T))
+    q, k, v = apply_rope(q_BTHK, pos_BT, theta), apply_rope(k_BTGK, pos_BT, theta), v_BTGK
 
-    ``ctx``: ``k`` / ``v`` [B, P, G, K] cached keys (before RoPE) and values, ``pos`` / ``valid``
-    [B, G, P]; optional ``M`` [B, G, K, K], ``z`` [B, G, K] and ``has_memory`` (bool) for EdgeInfinite;
-    ``votes`` (static int w > 0) adds the attention of the w queries before ``votes_end`` (default T)
-    to every key, summed over them and over each group's query heads ([B, G, P + T], SnapKV's votes); ``compress`` (static
-    bool) folds this chunk's keys (after RoPE) into the memory, with ``compress_valid`` [B, T].
-    ``extras`` always has the chunk's ``k`` (before RoPE) and ``v``; ``votes``, ``M`` / ``z`` on request.
-    """
-    B, T = q_BTHK.shape[:2]
-    q, k = apply_rope(q_BTHK, positions_BT, theta), apply_rope(k_BTGK, positions_BT, theta)
-    P = ctx["k"].shape[1]
-    keys = jnp.concatenate([rope_per_group(ctx["k"], ctx["pos"], theta).astype(k.dtype), k], axis=1)
-    values = jnp.concatenate([ctx["v"].astype(v_BTGK.dtype), v_BTGK], axis=1)
-    G = keys.shape[2]
-    prefix = jnp.broadcast_to(ctx["valid"][:, :, None, :], (B, G, T, P))
-    own = jnp.broadcast_to(jnp.tril(jnp.ones((T, T), bool)), (B, G, T, T))
-    mask = jnp.concatenate([prefix, own], axis=-1)
-    window = int(ctx.get("votes", 0))
-    extras = {"k": k_BTGK, "v": v_BTGK}
-    if window:
-        out, probs = dot_product_attention(q, keys, values, mask, return_probs=True)
-        end = ctx.get("votes_end", T)
-        rows_T = ((jnp.arange(T) >= end - window) & (jnp.arange(T) < end)).astype(probs.dtype)
-        extras["votes"] = jnp.einsum("bgrts,t->bgs", probs, rows_T)
-    else:
-        out = dot_product_attention(q, keys, values, mask)
-    if "M" in ctx:
-        if gate is None:
-            raise ValueError("a memory was passed to an attention layer without a memory gate (model.infini_hidden=0)")
-        out = gate(memory_readout(q, ctx["M"], ctx["z"], spec.eps), out, ctx["has_memory"])
-        if ctx.get("compress"):
-            extras["M"], extras["z"] = memory_update(ctx["M"], ctx["z"], k, v_BTGK, ctx.get("compress_valid"),
-                                                     rule=spec.update, eps=spec.eps)
-    return out, extras
+    def local(lo, hi):  # a part at [lo, hi) over the sink and itself
+        n = hi - lo
+        mask = jnp.concatenate([jnp.ones((n, S), bool), jnp.tril(jnp.ones((n, n), bool))], axis=1)
+        return dot_product_attention_reference(q[:, lo:hi], jnp.concatenate([k[:, :S], k[:, lo:hi]], axis=1),
+                                               jnp.concatenate([v[:, :S], v[:, lo:hi]], axis=1),
+                                               jnp.broadcast_to(mask, (B, n, S + n)))
+
+    parts = [dot_product_attention_reference(q[:, :S], k[:, :S], v[:, :S],
+                                             jnp.broadcast_to(jnp.tril(jnp.ones((S, S), bool)), (B, S, S)))] if S else []
+    M, z = empty_memory(B, G, K)
+    for i in range(N):
+        lo = S + i * L
+        a_mem = memory_readout_reference(q[:, lo:lo + L], M, z, spec.eps)
+        parts.append(gate(a_mem, local(lo, lo + L), i > 0))
+        M, z = memory_update_reference(M, z, k[:, lo:lo + L], v[:, lo:lo + L], rule=spec.update, eps=spec.eps)
+    rest = S + N * L
+    parts.append(gate(memory_readout_reference(q[:, rest:], M, z, spec.eps), local(rest, T), True))
+    state = {"sink_k": k_BTGK[:, :S], "sink_v": v[:, :S], "rest_k": k_BTGK[:, rest:], "rest_v": v[:, rest:],
+             "M": M, "z": z}
+    return jnp.concatenate(parts, axis=1), state

@@ -15,26 +15,29 @@ Params: ``q_proj`` [D, H, K+R] (or ``q_down`` [D, r_q], ``q_norm``, ``q_up`` [r_
 ``kv_down`` [D, d_c], ``kv_norm`` [d_c], ``k_rope_proj`` [D, R], ``k_up`` / ``v_up`` [d_c, H, K],
 ``o_proj`` [H, K, D].
 
-The KV cache (``decode=True``) holds only ``cached_latent`` [B, S, d_c] and ``cached_rope_key``
-[B, S, R] per layer: (d_c + R) values per token instead of GQA's 2 G K (eqs. 6-7). Two ways to
-attend over it, the same numbers up to rounding:
+The layer's KV cache (``context``: its explicit per-layer cache, :mod:`edge_jax.infer.kv_state`)
+holds only the latent ``c_kv`` [B, S, d_c] and the shared RoPE key ``k_rope`` [B, S, R] (placed
+and rotated like GQA's keys, :func:`edge_jax.layers.cache_attention.join_cache`): (d_c + R) values
+per token instead of GQA's 2 G K (eqs. 6-7). Two ways to attend over it, the same numbers up to rounding:
 
-* naive (``absorb=False``): decompress every cached latent into per-head keys and values each step;
-* absorbed (``absorb=True``): fold W_UK into the query (q~_i = W_UK,i^T q_i^C, a d_c vector) and
-  W_UV into the output, so attention runs in the latent space and nothing is decompressed. It is
-  used for one-token decode steps only; prefill blocks and training keep the naive form.
+* naive (``absorb=False``, :func:`expanded_attention`): decompress every cached latent into
+  per-head keys and values each step;
+* absorbed (``absorb=True``, :func:`latent_attention`): fold W_UK into the query
+  (q~_i = W_UK,i^T q_i^C, a d_c vector) and W_UV into the output, so attention runs in the latent
+  space and nothing is decompressed. It is used for one-token decode steps only; prefill blocks and
+  training keep the naive form.
+
+:func:`mla_attention_reference` is eq. 16 written out per head and query.
 """
 from __future__ import annotations
 
 import flax.linen as nn
 import jax.numpy as jnp
+import numpy as np
 
-from edge_jax.layers.attention import (
-    causal_mask,
-    dense_general,
-    dot_product_attention,
-    write_cache,
-)
+from edge_jax.layers.attention import dense_general
+from edge_jax.layers.cache_attention import cache_votes, join_cache
+from edge_jax.layers.dot_attention import causal_mask, dot_product_attention
 from edge_jax.layers.norms import RMSNorm
 from edge_jax.layers.rope import apply_rope
 
@@ -52,15 +55,37 @@ def latent_attention(q_nope_BTHK, q_rope_BTHR, latent_BSC, k_rope_BSR, w_uk_CHK,
     return jnp.einsum("bthc,chk->bthk", o_lat_BTHC, w_uv_CHK)
 
 
-def expanded_attention(q_nope_BTHK, q_rope_BTHR, latent_BSC, k_rope_BSR, w_uk_CHK, w_uv_CHK, mask_BTS):
-    """Naive attention: decompress every latent into per-head keys and values, then plain softmax."""
+def expanded_attention(q_nope_BTHK, q_rope_BTHR, latent_BSC, k_rope_BSR, w_uk_CHK, w_uv_CHK, mask_BTS,
+                       return_probs: bool = False):
+    """Naive attention: decompress every latent into per-head keys and values, then plain softmax
+    (``return_probs``: also the probabilities [B, H, 1, T, S], as :func:`dot_product_attention`)."""
     H = q_nope_BTHK.shape[2]
     k_nope_BSHK = jnp.einsum("bsc,chk->bshk", latent_BSC, w_uk_CHK)
     v_BSHK = jnp.einsum("bsc,chk->bshk", latent_BSC, w_uv_CHK)
     k_rope_BSHR = jnp.broadcast_to(k_rope_BSR[:, :, None], k_rope_BSR.shape[:2] + (H, k_rope_BSR.shape[-1]))
     q_BTHD = jnp.concatenate([q_nope_BTHK, q_rope_BTHR], axis=-1)
     k_BSHD = jnp.concatenate([k_nope_BSHK, k_rope_BSHR.astype(k_nope_BSHK.dtype)], axis=-1)
-    return dot_product_attention(q_BTHD, k_BSHD, v_BSHK, mask_BTS)
+    return dot_product_attention(q_BTHD, k_BSHD, v_BSHK, mask_BTS, return_probs=return_probs)
+
+
+def mla_attention_reference(q_nope_BTHK, q_rope_BTHR, latent_BSC, k_rope_BSR, w_uk_CHK, w_uv_CHK, mask_BTS):
+    """Eq. 16 per row, head and query in float64 numpy: keys [W_UK,i c_j ; k_j^R], values W_UV,i c_j,
+    a plain softmax over the allowed slots scaled by 1/sqrt(K + R)."""
+    qn, qr, lat, kr, wk, wv, mask = (np.asarray(jnp.asarray(a, jnp.float32), np.float64) for a in (
+        q_nope_BTHK, q_rope_BTHR, latent_BSC, k_rope_BSR, w_uk_CHK, w_uv_CHK, mask_BTS))
+    B, T, H, K = qn.shape
+    R = qr.shape[-1]
+    out = np.zeros((B, T, H, wv.shape[-1]))
+    for b in range(B):
+        for i in range(H):
+            keys = np.concatenate([lat[b] @ wk[:, i], kr[b]], axis=-1)  # [S, K + R]
+            values = lat[b] @ wv[:, i]
+            for t in range(T):
+                scores = keys @ np.concatenate([qn[b, t, i], qr[b, t, i]]) / np.sqrt(K + R)
+                scores = np.where(mask[b, t] > 0, scores, -np.inf)
+                p = np.exp(scores - scores.max())
+                out[b, t, i] = (p / p.sum()) @ values
+    return jnp.asarray(out, jnp.asarray(latent_BSC).dtype)
 
 
 class MLAttention(nn.Module):
@@ -85,7 +110,7 @@ class MLAttention(nn.Module):
         return dense((H, K + R), ("kv_lora", "heads", "head_dim"), "q_up")(c_q)
 
     @nn.compact
-    def __call__(self, x_BTD, positions_BT, decode: bool = False):
+    def __call__(self, x_BTD, positions_BT, context: dict | None = None):
         H, K, R, C = self.n_heads, self.head_dim, self.d_rope, self.kv_lora_rank
         dt, pdt = jnp.dtype(self.dtype), jnp.dtype(self.param_dtype)
 
@@ -97,20 +122,38 @@ class MLAttention(nn.Module):
         q_rope_BTHR = apply_rope(q_BTHD[..., K:], positions_BT, self.rope_theta)
         latent_BTC = RMSNorm(self.norm_eps, "kv_lora", self.param_dtype, name="kv_norm")(
             dense(C, ("embed", "kv_lora"), "kv_down")(x_BTD))
-        k_rope_BTR = apply_rope(dense(R, ("embed", "head_dim"), "k_rope_proj")(x_BTD)[:, :, None],
-                                positions_BT, self.rope_theta)[:, :, 0]
+        k_rope_BTR = dense(R, ("embed", "head_dim"), "k_rope_proj")(x_BTD)  # before RoPE
         w_uk_CHK = self.param("k_up", nn.with_logical_partitioning(nn.initializers.normal(self.init_std),
                                                                    ("kv_lora", "heads", "head_dim")), (C, H, K), pdt)
         w_uv_CHK = self.param("v_up", nn.with_logical_partitioning(nn.initializers.normal(self.init_std),
                                                                    ("kv_lora", "heads", "head_dim")), (C, H, K), pdt)
         w_uk_CHK, w_uv_CHK = jnp.asarray(w_uk_CHK, dt), jnp.asarray(w_uv_CHK, dt)
-        if decode:
-            cached, mask_BTS = write_cache(self, latent=latent_BTC, rope_key=k_rope_BTR)
-            latent_BSC, k_rope_BSR = cached["latent"], cached["rope_key"]
+        if context is None:
+            k_rope_BTR = apply_rope(k_rope_BTR[:, :, None], positions_BT, self.rope_theta)[:, :, 0]
+            o_BTHK = expanded_attention(q_nope_BTHK, q_rope_BTHR, latent_BTC, k_rope_BTR, w_uk_CHK, w_uv_CHK,
+                                        causal_mask(positions_BT, positions_BT))
         else:
-            latent_BSC, k_rope_BSR, mask_BTS = latent_BTC, k_rope_BTR, causal_mask(positions_BT, positions_BT)
-        # Absorbed only for one-token decode steps: with many queries (prefill, training) decompressing once
-        # is cheaper than attending in d_c per query-key pair (H (2 d_c + R) vs H (2 K + R) multiply-adds).
-        attend = latent_attention if (self.absorb and decode and x_BTD.shape[1] == 1) else expanded_attention
-        o_BTHK = attend(q_nope_BTHK, q_rope_BTHR, latent_BSC, k_rope_BSR, w_uk_CHK, w_uv_CHK, mask_BTS)
+            o_BTHK = self._over_cache(q_nope_BTHK, q_rope_BTHR, latent_BTC, k_rope_BTR, w_uk_CHK, w_uv_CHK,
+                                      positions_BT, context)
         return dense(x_BTD.shape[-1], ("heads", "head_dim", "embed"), "o_proj", in_axes=(-2, -1))(o_BTHK)
+
+    def _over_cache(self, q_nope_BTHK, q_rope_BTHR, latent_BTC, k_rope_BTR, w_uk_CHK, w_uv_CHK, positions_BT, ctx):
+        """A chunk over the latent cache; sows what the cache keeps (``c_kv``, ``k_rope``; see
+        :func:`edge_jax.layers.cache_attention.join_cache`) and on request SnapKV votes."""
+        T = latent_BTC.shape[1]
+        joined, mask_BGTS, stored = join_cache(ctx, {"c_kv": latent_BTC, "k_rope": k_rope_BTR}, positions_BT,
+                                               self.rope_theta, rotate="k_rope")
+        args = (q_nope_BTHK, q_rope_BTHR, joined["c_kv"], joined["k_rope"], w_uk_CHK, w_uv_CHK, mask_BGTS[:, 0])
+        window = int(ctx.get("votes", 0))
+        # Absorbed only for one-token decode steps: with many queries (prefill) decompressing once is
+        # cheaper than attending in d_c per query-key pair (H (2 d_c + R) vs H (2 K + R) multiply-adds).
+        if self.absorb and T == 1 and not window:
+            o_BTHK = latent_attention(*args)
+        elif window:
+            o_BTHK, probs = expanded_attention(*args, return_probs=True)
+            self.sow("intermediates", "votes", cache_votes(probs, 1, window, ctx.get("votes_end", T)))
+        else:
+            o_BTHK = expanded_attention(*args)
+        for name, value in stored.items():
+            self.sow("intermediates", name, value)
+        return o_BTHK

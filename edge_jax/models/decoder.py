@@ -25,121 +25,25 @@ Token-indexed memories (``model.memory``):
 """
 from __future__ import annotations
 
-import dataclasses
-
 import flax.linen as nn
 import jax.numpy as jnp
 
-from edge_jax.layers.attention import GQAttention
-from edge_jax.layers.memory.engram import Engram
+from edge_jax.layers.attention_kinds import ATTENTION_KINDS
 from edge_jax.layers.ffn import FFN
-from edge_jax.layers.infini_attention import InfiniSpec
-from edge_jax.layers.memory.meki import MeKi
-from edge_jax.layers.mla import MLAttention
+from edge_jax.layers.memory.base import HOST_INPUTS, MEMORY_KINDS
 from edge_jax.layers.moe.layer import MoE
 from edge_jax.layers.norms import RMSNorm
-from edge_jax.layers.memory.ple import PLEBlock, PLEInputs
-from edge_jax.layers.moe.plan import MoEExec
+from edge_jax.models.config import ModelConfig
 
-
-@dataclasses.dataclass(frozen=True)
-class ModelConfig:
-    vocab_size: int
-    d_model: int
-    n_layers: int
-    n_heads: int
-    n_kv_heads: int
-    head_dim: int
-    d_ff: int
-    rope_theta: float = 500_000.0
-    qk_norm: bool = True
-    tie_embeddings: bool = True
-    norm_eps: float = 1e-6
-    ffn: str = "swiglu"
-    attention: str = "gqa"
-    kv_lora_rank: int = 0
-    q_lora_rank: int = 0
-    d_rope: int = 0
-    mla_absorb: bool = False
-    dtype: str = "float32"
-    param_dtype: str = "float32"
-    init_std: float = 0.02
-    memory: str = "none"
-    d_mem: int = 0
-    meki_static: bool = True
-    meki_dynamic: bool = True
-    meki_projection: str = "swiglu"
-    meki_fusion: str = "add_sigmoid"
-    meki_position: str = "parallel_ffn"
-    meki_folded: bool = False
-    engram_layers: tuple = (1,)
-    engram_orders: tuple = (2, 3)
-    engram_heads: int = 4
-    engram_table_size: int = 4099
-    engram_kernel: int = 4
-    infini_hidden: int = 0
-    infini_gate_init: float = 0.0
-    infini_sink: int = 0
-    infini_window: int = 0
-    infini_segment: int = 0
-    infini_update: str = "linear"
-    infini_eps: float = 1e-6
-    infini_keep_sink: bool = True
-    infini_keep_window: bool = True
-    moe_experts: int = 0
-    moe_top_k: int = 2
-    moe_d_ff: int = 0
-    moe_renormalize: bool = False
-    moe_layers: tuple = ()
-    moe_aux_weight: float = 0.0
-    moe_exec: MoEExec = MoEExec()
-
-    def moe_layer_ids(self) -> tuple[int, ...]:
-        """The layers whose FFN is a MoE (``moe_layers``, or every layer when it is empty)."""
-        if self.moe_experts <= 0:
-            return ()
-        return tuple(self.moe_layers) if self.moe_layers else tuple(range(self.n_layers))
-
-    def infini_spec(self) -> InfiniSpec | None:
-        """EdgeInfinite's layer settings, or None for a model without the memory gate. The keep
-        switches (Table 2) drop the sink or window tokens by setting their count to zero."""
-        if self.infini_hidden <= 0:
-            return None
-        return InfiniSpec(self.infini_hidden, self.infini_gate_init, self.infini_sink if self.infini_keep_sink else 0,
-                          self.infini_window if self.infini_keep_window else 0, self.infini_segment,
-                          self.infini_update, self.infini_eps)
-
-    @classmethod
-    def from_config(cls, model_cfg) -> "ModelConfig":
-        fields = {f.name for f in dataclasses.fields(cls)}
-        return cls(**{k: tuple(v) if isinstance(v, list) else v
-                      for k, v in dict(model_cfg).items() if k in fields})
+__all__ = ["Block", "DecoderLM", "ModelConfig"]
 
 
 class Block(nn.Module):
-    """One layer. ``ctx`` carries what token memories need: tokens, the input embedding, host
-    gathered MeKi rows, this layer's PLE input and the Engram n-gram ids."""
+    """One layer: attention and FFN (or MoE) residuals, plus the memory kind's residual branches
+    at their sites (:mod:`edge_jax.layers.memory.base`). ``ctx`` carries what the branches need:
+    tokens, the input embedding, the host inputs and what the memory kind prepared."""
     cfg: ModelConfig
     layer: int
-
-    def _meki(self, x_BTD, ctx):
-        c = self.cfg
-        rows = ctx.get("meki_rows")
-        return MeKi(c.vocab_size, c.d_mem, c.meki_static, c.meki_dynamic, c.meki_projection, c.meki_fusion,
-                    c.meki_folded, c.norm_eps, c.init_std, c.dtype, c.param_dtype, name="meki")(
-            x_BTD, ctx["tokens"], ctx["embedded"], None if rows is None else rows[:, :, self.layer])
-
-    def _meki_after(self, h_BTD, ctx):
-        c = self.cfg
-        return h_BTD + self._meki(RMSNorm(c.norm_eps, "norm", c.param_dtype, name="meki_norm")(h_BTD), ctx)
-
-    def _attention(self, common):
-        c = self.cfg
-        if c.attention == "mla":
-            return MLAttention(c.n_heads, c.head_dim, c.d_rope, c.kv_lora_rank, c.q_lora_rank, c.rope_theta,
-                               c.mla_absorb, c.norm_eps, name="attn", **common)
-        return GQAttention(c.n_heads, c.n_kv_heads, c.head_dim, c.rope_theta, c.qk_norm, c.norm_eps,
-                           infini=c.infini_spec(), name="attn", **common)
 
     def _moe(self, common):
         """NPUMoE's MoE FFN; the saliency of a token is the L2 norm of its attention output (§3.2)."""
@@ -150,37 +54,30 @@ class Block(nn.Module):
                    c.moe_exec, plan, name="moe", **common)
 
     @nn.compact
-    def __call__(self, h_BTD, positions_BT, ctx, decode: bool = False):
+    def __call__(self, h_BTD, positions_BT, ctx):
         c = self.cfg
         common = dict(init_std=c.init_std, dtype=c.dtype, param_dtype=c.param_dtype)
-        meki = c.meki_position if c.memory == "meki" else None
-        if c.memory == "engram" and self.layer in c.engram_layers:
-            h_BTD = h_BTD + Engram(c.vocab_size, c.engram_orders, c.engram_heads, c.engram_table_size, c.d_mem,
-                                   c.engram_kernel, c.norm_eps, name="engram", **common)(h_BTD, ctx["ngram_ids"])
+        branches = MEMORY_KINDS.get(c.memory).branches(c, self.layer)
+        if "pre_attn" in branches:
+            h_BTD = h_BTD + branches["pre_attn"](h_BTD, ctx)
         x = RMSNorm(c.norm_eps, "norm", c.param_dtype, name="attn_norm")(h_BTD)
+        attention = ATTENTION_KINDS.get(c.attention)(c, **common)
         contexts = ctx.get("attn_context")
-        if contexts is None:
-            a_BTD = self._attention(common)(x, positions_BT, decode)
-        else:
-            if c.attention != "gqa":
-                raise ValueError("an explicit attention context (long-context inference) needs model.attention=gqa")
-            a_BTD = self._attention(common)(x, positions_BT, decode, contexts[self.layer])
+        a_BTD = attention(x, positions_BT, None if contexts is None else contexts[self.layer])
         h_BTD = h_BTD + a_BTD
-        if meki == "parallel_attn":
-            h_BTD = h_BTD + self._meki(x, ctx)
-        elif meki == "after_attn":
-            h_BTD = self._meki_after(h_BTD, ctx)
+        if "attn" in branches:
+            h_BTD = h_BTD + branches["attn"](x, ctx)
+        if "post_attn" in branches:
+            h_BTD = h_BTD + branches["post_attn"](h_BTD, ctx)
         x = RMSNorm(c.norm_eps, "norm", c.param_dtype, name="ffn_norm")(h_BTD)
         if self.layer in c.moe_layer_ids():
             h_BTD = h_BTD + self._moe(common)(x, jnp.linalg.norm(a_BTD.astype(jnp.float32), axis=-1))
         else:
             h_BTD = h_BTD + FFN(c.ffn, c.d_ff, name="ffn", **common)(x, ctx.get("ffn_mask_ratio"))
-        if meki == "parallel_ffn":  # eq. 8: H' = F(H) + MeKi(H) + A, sharing the pre-FFN norm
-            h_BTD = h_BTD + self._meki(x, ctx)
-        elif meki == "after_ffn":
-            h_BTD = self._meki_after(h_BTD, ctx)
-        if c.memory == "ple":
-            h_BTD = h_BTD + PLEBlock(c.d_mem, c.norm_eps, name="ple", **common)(h_BTD, ctx["ple"][:, :, self.layer])
+        if "ffn" in branches:  # MeKi eq. 8: H' = F(H) + MeKi(H) + A, sharing the pre-FFN norm
+            h_BTD = h_BTD + branches["ffn"](x, ctx)
+        if "post_ffn" in branches:
+            h_BTD = h_BTD + branches["post_ffn"](h_BTD, ctx)
         return h_BTD
 
 
@@ -190,18 +87,20 @@ class DecoderLM(nn.Module):
 
     @nn.compact
     def __call__(self, tokens_BT, positions_BT=None, return_hidden: bool = False, ngram_ids=None,
-                 meki_rows=None, decode: bool = False, ffn_mask_ratio=None, attn_context=None):
+                 meki_rows=None, ffn_mask_ratio=None, attn_context=None):
         """``ngram_ids`` [B, T, N]: host-hashed Engram ids (memory=engram only). ``meki_rows``
         [B, T, L, d_mem]: folded MeKi rows gathered outside the model (e.g. from host memory).
         ``ffn_mask_ratio``: zero the smallest fraction of every FFN's activations (sparsity analysis).
-        ``attn_context``: one dict per layer, an explicit KV cache (and EdgeInfinite memory) for the
-        attention layers (:func:`edge_jax.layers.infini_attention.context_attention`); pass
-        ``positions_BT`` with it."""
+        ``attn_context``: one dict per layer, its explicit KV cache (and EdgeInfinite memory) for the
+        attention layers (:mod:`edge_jax.infer.kv_state`, :mod:`edge_jax.layers.cache_attention`);
+        pass ``positions_BT`` with it."""
         c = self.cfg
-        if c.memory == "engram" and ngram_ids is None:
-            raise ValueError("memory=engram needs ngram_ids; build them with edge_jax.models.inputs.host_inputs")
-        if meki_rows is not None and not (c.memory == "meki" and c.meki_folded):
-            raise ValueError("meki_rows only apply to a folded MeKi model; fold it with fold_meki first")
+        memory = MEMORY_KINDS.get(c.memory)
+        host = {"meki_rows": meki_rows, "ngram_ids": ngram_ids}
+        for name in HOST_INPUTS:
+            if host[name] is not None and name not in memory.accepts:
+                raise ValueError(f"{name} is not an input of model.memory={c.memory!r}; pass it only to a "
+                                 f"model whose memory takes it")
         if positions_BT is None:
             positions_BT = jnp.broadcast_to(jnp.arange(tokens_BT.shape[1]), tokens_BT.shape)
         embed = nn.Embed(c.vocab_size, c.d_model, dtype=jnp.dtype(c.dtype), param_dtype=jnp.dtype(c.param_dtype),
@@ -209,14 +108,13 @@ class DecoderLM(nn.Module):
                                                                      ("vocab", "embed")), name="embed")
         h = embed(tokens_BT)
         h = nn.with_logical_constraint(h, ("batch", "seq", "embed"))
-        ctx = {"tokens": tokens_BT, "embedded": h, "meki_rows": meki_rows, "ngram_ids": ngram_ids,
-               "ffn_mask_ratio": ffn_mask_ratio, "attn_context": attn_context}
-        if c.memory == "ple":
-            ctx["ple"] = PLEInputs(c.vocab_size, c.n_layers, c.d_mem, c.norm_eps, init_std=c.init_std, dtype=c.dtype,
-                                   param_dtype=c.param_dtype, name="ple_inputs")(tokens_BT, h)
+        ctx = {"tokens": tokens_BT, "embedded": h, **host, "ffn_mask_ratio": ffn_mask_ratio,
+               "attn_context": attn_context}
+        if memory.prepare is not None:
+            memory.prepare(c, ctx)
         hidden = []
         for i in range(c.n_layers):
-            h = Block(c, i, name=f"layers_{i}")(h, positions_BT, ctx, decode)
+            h = Block(c, i, name=f"layers_{i}")(h, positions_BT, ctx)
             h = nn.with_logical_constraint(h, ("batch", "seq", "embed"))
             hidden.append(h)
         h = RMSNorm(c.norm_eps, "norm", c.param_dtype, name="final_norm")(h)

@@ -33,6 +33,16 @@ class Checkpointer:
         out = self._mgr.restore(step, args=args)
         return out["state"], out["data"]
 
+    def restore_params(self, step: int, abstract_params):
+        """Only the ``params`` of the saved train state (``abstract_params`` as in :meth:`restore`), so
+        the optimizer the source trained with need not match this one."""
+        item = {"params": abstract_params}
+        args = ocp.args.PyTreeRestore(item=item, restore_args=ocp.checkpoint_utils.construct_restore_args(item),
+                                      partial_restore=True)
+        # its own checkpointer: the manager serves each item with one handler, the full restore's and save's
+        with ocp.PyTreeCheckpointer() as checkpointer:
+            return checkpointer.restore(os.path.join(self.directory, str(step), "state"), args=args)["params"]
+
     def wait(self) -> None:
         self._mgr.wait_until_finished()
 

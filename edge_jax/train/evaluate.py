@@ -7,19 +7,17 @@ import jax
 
 from edge_jax.sharding import batch_sharding
 from edge_jax.train.checkpoint import Checkpointer
-from edge_jax.train.loop import (
-    evaluate,
-    load_workdir_config,
-    model_eval_batches,
-    question_answering,
-)
+from edge_jax.train.loop import evaluate, model_eval_batches
+from edge_jax.train.qa import question_answering
 from edge_jax.train.setup import build, check_tokenizer
 from edge_jax.train.state import abstract_train_state
 from edge_jax.train.step import make_eval_step
+from edge_jax.train.workdir import load_workdir_config
 
 
 def restore_latest(workdir: str, devices=None):
-    """``(run_setup, state, step)`` for the newest checkpoint in ``workdir``."""
+    """``(run_setup, state, step)`` for the newest checkpoint in ``workdir``; ``state`` holds its params
+    (its ``opt_state`` is None: evaluating needs none, and the optimizer that wrote it may differ)."""
     run = build(load_workdir_config(workdir), devices)
     check_tokenizer(workdir, run.tokenizer, run.config)
     ckpt = Checkpointer(os.path.join(workdir, "checkpoints"), run.config.train.keep_ckpts, 1)
@@ -27,8 +25,10 @@ def restore_latest(workdir: str, devices=None):
     if step is None:
         raise FileNotFoundError(f"no checkpoint in {workdir}/checkpoints; train first with `edge-jax train`")
     abstract, _ = abstract_train_state(run.model, run.tx, run.mesh)
-    state, _ = ckpt.restore(step, abstract)
-    ckpt.close()
+    try:
+        state = abstract.replace(params=ckpt.restore_params(step, abstract.params), opt_state=None, step=step)
+    finally:
+        ckpt.close()
     return run, state, step
 
 

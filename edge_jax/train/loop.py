@@ -1,31 +1,37 @@
-"""The training loop: resume, train with jitted steps, log, evaluate, checkpoint."""
+"""The training loop: resume, train with jitted steps, log, evaluate, checkpoint; then the evaluators.
+
+What happens around training is chosen by the config through registries
+(:mod:`edge_jax.train.hooks`): model hooks shape the model, pre-training hooks prepare the run once
+its params are in place, and after training every enabled evaluator adds its metrics.
+"""
 from __future__ import annotations
 
 import json
 import math
 import os
 import time
-from functools import partial
 
 import jax
 import numpy as np
 
-from edge_jax.utils.atomic import write_json_atomic
-from edge_jax.config import base_config, flatten, moe_needs_calibration
-from edge_jax.data import load_qa, make_eval_batches, make_train_iter
-from edge_jax.models.generate import answer_nll, exact_match
-from edge_jax.models.inputs import host_inputs, with_host_inputs
+from edge_jax.config import flatten, schema_defaults, upgrade_config
+from edge_jax.data import make_eval_batches, make_train_iter
+from edge_jax.errors import UserError
+from edge_jax.models.inputs import with_host_inputs
+from edge_jax.registry import RUNNERS, SECTIONS
 from edge_jax.sharding import batch_sharding, maybe_initialize_distributed
 from edge_jax.train.checkpoint import Checkpointer
+from edge_jax.train.hooks import EvalContext, RunContext, prepare, run_evaluators
 from edge_jax.train.init_from import merge_params, restore_params
 from edge_jax.train.metrics import MetricsWriter, read_jsonl
-from edge_jax.train.optim import trained_count
+from edge_jax.train.optim import ALL, trained_count
 from edge_jax.train.setup import build, check_tokenizer
 from edge_jax.train.state import abstract_train_state, create_train_state
 from edge_jax.train.step import make_eval_step, make_train_step
+from edge_jax.utils.atomic import write_json_atomic
 
 
-class TrainingError(RuntimeError):
+class TrainingError(UserError, RuntimeError):
     """Training cannot go on (e.g. a non-finite loss); the message says where and what to do."""
 
 
@@ -51,11 +57,16 @@ def evaluate(eval_step, params, batches, sharding) -> dict:
     return {"val_loss": loss, "val_ppl": math.exp(min(loss, 50.0))}
 
 
+# Keys a run may change when it resumes a workdir (how long to train, what to log and evaluate,
+# where the data lies, the mesh); the config sections of the papers add theirs (Section.resumable).
 RESUMABLE_CHANGES = ("train.steps", "train.log_every", "train.eval_every", "train.eval_batches",
-                     "train.ckpt_every", "train.keep_ckpts", "train.qa_questions", "train.sparsity_batches",
-                     "data.data_dir", "mesh.data", "mesh.fsdp", "mesh.tensor",
-                     "longctx.method", "longctx.lengths", "longctx.examples", "longctx.tasks",
-                     "moe.calib_batches", "moe.time_batches")
+                     "train.ckpt_every", "train.keep_ckpts", "train.qa_questions",
+                     "data.data_dir", "mesh.data", "mesh.fsdp", "mesh.tensor")
+
+
+def resumable_changes() -> frozenset:
+    """:data:`RESUMABLE_CHANGES` and every registered config section's ``resumable`` keys."""
+    return frozenset(RESUMABLE_CHANGES).union(*(s.resumable for _, s in SECTIONS.items()))
 
 
 def save_config(config, workdir: str) -> None:
@@ -63,11 +74,12 @@ def save_config(config, workdir: str) -> None:
     path = os.path.join(workdir, "config.json")
     if os.path.exists(os.path.join(workdir, "checkpoints")) and os.path.exists(path):
         with open(path) as f:
-            old = flatten(json.load(f))
+            old = flatten(upgrade_config(json.load(f)))  # in today's keys
         new = flatten(json.loads(json.dumps(config.to_dict())))  # tuples read back as lists
         # keys added to the schema after that run count as their defaults
-        old = {**flatten(json.loads(json.dumps(base_config().to_dict()))), **old}
-        changed = sorted(k for k in set(old) | set(new) if old.get(k) != new.get(k) and k not in RESUMABLE_CHANGES)
+        old = {**flatten(json.loads(json.dumps(schema_defaults(config).to_dict()))), **old}
+        resumable = resumable_changes()
+        changed = sorted(k for k in set(old) | set(new) if old.get(k) != new.get(k) and k not in resumable)
         if changed:
             raise TrainingError(f"workdir {workdir} holds a run with different {', '.join(changed[:4])}"
                                 f"{' ...' if len(changed) > 4 else ''}; use a new --workdir or the same config")
@@ -89,20 +101,23 @@ def train_and_evaluate(config, workdir: str, devices=None) -> dict:
     train_iter = make_train_iter(cfg.data, run.tokenizer, cfg.seed, jax.process_index(), jax.process_count())
     ckpt = Checkpointer(os.path.join(workdir, "checkpoints"), t.keep_ckpts, t.ckpt_every)
     start = ckpt.latest_step() or 0
-    if start:
-        state, data_state = ckpt.restore(start, abstract)
+    if start and start >= t.steps:  # finished: evaluating needs only the params, whichever optimizer wrote them
+        state = abstract.replace(params=ckpt.restore_params(start, abstract.params), opt_state=None, step=start)
+    elif start:
+        state, data_state = _restore(ckpt, start, abstract, workdir)
         train_iter.set_state(data_state)
     else:
         state = create_train_state(run.model, run.tx, run.mesh, cfg.seed)[0]
         if cfg.init_from:
             state = state.replace(params=params_from(cfg.init_from, state.params, run.tokenizer, cfg))
-    if moe_needs_calibration(cfg) and not run.model.cfg.moe_exec.plans:  # steps=0 (config validation)
-        from edge_jax.papers.npumoe.evaluate import calibrate_run
-        run = calibrate_run(run, state.params, workdir if lead else None)[0]
+    run = prepare(RunContext(run, state.params, workdir, lead))
     trained, total = trained_count(state.params, t.trainable)
+    if t.steps and not trained:
+        raise TrainingError(f"train.trainable={t.trainable!r} matches no param, so nothing would train; match "
+                            "param paths like layers_0/attn/q_proj/kernel, or use '.*' for every param")
     if lead:
         print(f"training {trained:,} of {total:,} weights ({100 * trained / total:.2f}%"
-              f"{'; EdgeInfinite trains 0.15%' if t.trainable == 'memory_gate' else ''})", flush=True)
+              f"{'' if t.trainable == ALL else f'; train.trainable={t.trainable!r}'})", flush=True)
     train_step = jax.jit(make_train_step(t.grad_accum, run.schedule), donate_argnums=0,
                          in_shardings=(shardings, data_sharding), out_shardings=(shardings, None))
     eval_step = jax.jit(make_eval_step(run.model.apply), in_shardings=(shardings.params, data_sharding))
@@ -142,18 +157,9 @@ def train_and_evaluate(config, workdir: str, devices=None) -> dict:
             last = _last_train_record(workdir)
         result = dict(final, train_loss=last.get("loss", float("nan")), steps=t.steps,
                       tokens_per_s=tokens_per_step * timed_steps / timed_s if timed_s else float("nan"),
-                      step_time_s=timed_s / timed_steps if timed_steps else float("nan"))
-        if t.qa_questions:
-            result.update(question_answering(run, state.params, t.qa_questions))
-        result.update(trained_params=trained, trained_fraction=trained / total)
-        if cfg.longctx.method:
-            from edge_jax.papers.edgeinfinite.longctx_eval import evaluate_longctx
-            result.update(evaluate_longctx(run.model, state.params, run.tokenizer, cfg))
-        if run.model.cfg.moe_experts:
-            from edge_jax.papers.npumoe.evaluate import moe_metrics
-            result.update(moe_metrics(run, state.params, eval_batches, cfg.moe.time_batches))
-        if t.sparsity_batches:
-            result.update(activation_sparsity(run, state.params, eval_batches[:t.sparsity_batches], workdir, lead))
+                      step_time_s=timed_s / timed_steps if timed_steps else float("nan"),
+                      trained_params=trained, trained_fraction=trained / total)
+        result.update(run_evaluators(EvalContext(run, state.params, workdir, lead, eval_batches)))
     finally:
         writer.close()
         ckpt.close()
@@ -162,11 +168,26 @@ def train_and_evaluate(config, workdir: str, devices=None) -> dict:
     return result
 
 
+RUNNERS.register("lm", train_and_evaluate)
+
+
+def _restore(ckpt, step: int, abstract, workdir: str):
+    try:
+        return ckpt.restore(step, abstract)
+    except ValueError as e:
+        if "structures do not match" not in str(e):
+            raise
+        raise TrainingError(f"checkpoint step {step} in {workdir} holds a train state of another layout (another "
+                            "model, or optimizer groups from other train.trainable / train.lr_multipliers or an "
+                            "older edge_jax); resume it with the config and commit that wrote it, or use a new "
+                            "--workdir") from None
+
+
 def params_from(workdir: str, params, tokenizer, config):
     """``params`` with every param of ``workdir``'s latest checkpoint copied in (see init_from); the
     tokenizer must be the one that run was trained with."""
     check_tokenizer(workdir, tokenizer, config)
-    return merge_params(params, restore_params(workdir)[0], workdir)
+    return merge_params(params, restore_params(workdir)[0], workdir, config.train.trainable)
 
 
 def model_eval_batches(run, split: str, num_batches: int) -> list[dict]:
@@ -175,33 +196,7 @@ def model_eval_batches(run, split: str, num_batches: int) -> list[dict]:
             for b in make_eval_batches(run.config.data, run.tokenizer, split, num_batches)]
 
 
-def question_answering(run, params, limit: int) -> dict:
-    """Greedy exact match and gold-answer NLL on the first ``limit`` questions (all when -1)."""
-    questions = load_qa(run.config.data, run.config.data.data_dir)
-    questions = questions if limit < 0 else questions[:limit]
-    host_fn = partial(host_inputs, run.model.cfg)
-    return {**exact_match(run.model.apply, params, run.tokenizer, questions, host_fn=host_fn),
-            **answer_nll(run.model.apply, params, run.tokenizer, questions, host_fn=host_fn)}
-
-
-def activation_sparsity(run, params, batches, workdir: str, write: bool) -> dict:
-    """PLM Algorithm 1 on ``batches``: scalar metrics; the whole sweep goes to ``workdir/sparsity.json``."""
-    from edge_jax.papers.plm.sparsity import sparsity_metrics
-    scalars, sweep = sparsity_metrics(run.model, params, batches)
-    if write:
-        write_json_atomic(os.path.join(workdir, "sparsity.json"), sweep)
-    return scalars
-
-
 def _last_train_record(workdir: str) -> dict:
     train = [r for r in read_jsonl(os.path.join(workdir, "metrics.jsonl")) if r.get("kind") == "train"]
     return train[-1] if train else {}
 
-
-def load_workdir_config(workdir: str):
-    import ml_collections
-    path = os.path.join(workdir, "config.json")
-    if not os.path.exists(path):
-        raise FileNotFoundError(f"{path} not found; is {workdir!r} a training workdir? run `edge-jax train` first")
-    with open(path) as f:
-        return ml_collections.ConfigDict(json.load(f))

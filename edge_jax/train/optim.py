@@ -3,7 +3,7 @@
 All schedules warm up linearly from 0 to ``lr`` over ``warmup_steps``.
 - cosine: cosine decay from ``lr`` to ``min_lr`` over the remaining steps.
 - wsd: warm-up, stable at ``lr``, then the last ``decay_fraction`` of steps decay linearly to ``min_lr``.
-- wsdc (PLM): warm-up, stable, linear decay over ``decay_fraction`` of the steps, then a constant tail
+- wsdc: warm-up, stable, linear decay over ``decay_fraction`` of the steps, then a constant tail
   at ``min_lr`` for the last ``tail_fraction`` of the steps.
 """
 from __future__ import annotations
@@ -13,6 +13,8 @@ import functools
 import jax
 import jax.numpy as jnp
 import optax
+
+from edge_jax.config import parse_lr_multipliers, trainable_pattern
 
 
 def make_schedule(t) -> optax.Schedule:
@@ -41,47 +43,68 @@ def make_schedule(t) -> optax.Schedule:
 def make_optimizer(t) -> tuple[optax.GradientTransformation, optax.Schedule]:
     """AdamW with global-norm clipping; weight decay skips 1-D params (norm scales).
 
-    ``train.trainable=memory_gate`` zeroes the updates of everything but EdgeInfinite's memory-gating
-    modules (and leaves them out of the clipping norm); the gate logits ``g`` take ``train.gate_lr``
-    (when set) on the same schedule shape, without weight decay."""
+    ``train.trainable`` (a regex over param paths like ``layers_0/attn/q_proj/kernel``) picks the
+    params that train: the others get zero updates and stay out of the clipping norm. A param that
+    trains takes ``train.lr`` times the multiplier of the first ``train.lr_multipliers`` entry
+    (``REGEX=MULT``) whose pattern matches its path, on the same schedule shape. With every param
+    training at 1x (the defaults) the chain is plain clipping + AdamW."""
     schedule = make_schedule(t)
     clip = optax.clip_by_global_norm(t.clip_norm) if t.clip_norm > 0 else optax.identity()
 
     def adamw(sched, decay):
         return optax.adamw(sched, b1=t.b1, b2=t.b2, eps=t.eps, weight_decay=decay, mask=_matrices_only)
 
-    if t.trainable == "all" and not t.gate_lr:
+    trainable, multipliers = t.trainable, tuple(t.lr_multipliers)
+    trainable_pattern(trainable)  # a bad pattern fails here, before any param is built
+    scales = [m for _, m in parse_lr_multipliers(multipliers)]
+    if trainable == ALL and not multipliers:
         return optax.chain(clip, adamw(schedule, t.weight_decay)), schedule
-    scale = (t.gate_lr / t.lr) if t.gate_lr else 1.0
-    labels = functools.partial(param_labels, trainable=t.trainable)
-    frozen = lambda params: jax.tree_util.tree_map(lambda x: x == "frozen", labels(params))  # noqa: E731
-    tx = optax.chain(
-        optax.masked(optax.set_to_zero(), frozen),
-        clip,
-        optax.multi_transform({"train": adamw(schedule, t.weight_decay),
-                               "gate": adamw(lambda step: scale * schedule(step), 0.0),
-                               "frozen": optax.set_to_zero()}, labels),
-    )
+    labels = functools.partial(param_labels, trainable=trainable, multipliers=multipliers)
+    frozen = lambda params: jax.tree_util.tree_map(lambda x: x == FROZEN, labels(params))  # noqa: E731
+    groups = {TRAIN: adamw(schedule, t.weight_decay), FROZEN: optax.set_to_zero()}
+    groups.update({_group(i): adamw(_scaled(schedule, m), t.weight_decay) for i, m in enumerate(scales)})
+    tx = optax.chain(optax.masked(optax.set_to_zero(), frozen), clip, optax.multi_transform(groups, labels))
     return tx, schedule
 
 
-def param_labels(params, trainable: str = "all"):
-    """``"gate"`` for EdgeInfinite's gate logits, ``"train"`` for the other trained params,
-    ``"frozen"`` for the base model under ``trainable=memory_gate``."""
+ALL = ".*"  # train.trainable's default: every param trains
+TRAIN, FROZEN = "train", "frozen"  # the labels of params training at 1x and of frozen params
+
+
+def _group(i: int) -> str:
+    """The label of the params taking the multiplier of ``train.lr_multipliers[i]``."""
+    return f"lr{i}"
+
+
+def _scaled(schedule, m: float):
+    return lambda step: m * schedule(step)
+
+
+def param_path(path) -> str:
+    """``layers_0/attn/q_proj/kernel``: the dict keys of a param's tree path (a box's ``value``
+    attribute, as in the logically partitioned params at init, is not part of it)."""
+    return "/".join(str(k.key) for k in path if hasattr(k, "key"))
+
+
+def param_labels(params, trainable: str = ALL, multipliers=()):
+    """Per param: ``"frozen"`` unless its path fully matches ``trainable``; else ``"lr<i>"`` for the
+    first ``multipliers`` entry whose pattern fully matches it, ``"train"`` for the rest."""
+    keep, mults = trainable_pattern(trainable), parse_lr_multipliers(multipliers)
+
     def label(path, _):
-        names = [str(getattr(k, "key", getattr(k, "name", k))) for k in path]
-        if "memory_gate" in names:
-            return "gate" if "g" in names else "train"
-        return "frozen" if trainable == "memory_gate" else "train"
+        name = param_path(path)
+        if not keep.fullmatch(name):
+            return FROZEN
+        return next((_group(i) for i, (p, _) in enumerate(mults) if p.fullmatch(name)), TRAIN)
 
     return jax.tree_util.tree_map_with_path(label, params)
 
 
-def trained_count(params, trainable: str = "all") -> tuple[int, int]:
+def trained_count(params, trainable: str = ALL) -> tuple[int, int]:
     """``(trained, total)`` parameter counts under ``trainable``."""
     sizes = jax.tree_util.tree_leaves(jax.tree_util.tree_map(lambda p: int(p.size), params))
     kinds = jax.tree_util.tree_leaves(param_labels(params, trainable))
-    return sum(n for n, k in zip(sizes, kinds) if k != "frozen"), sum(sizes)
+    return sum(n for n, k in zip(sizes, kinds) if k != FROZEN), sum(sizes)
 
 
 def _matrices_only(params):

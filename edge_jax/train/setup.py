@@ -12,6 +12,7 @@ from edge_jax.config import ConfigError
 from edge_jax.data import get_tokenizer
 from edge_jax.models import DecoderLM, ModelConfig
 from edge_jax.sharding import check_divisible, make_mesh
+from edge_jax.train.hooks import MODEL_HOOKS
 from edge_jax.train.optim import make_optimizer
 
 
@@ -65,13 +66,13 @@ def check_tokenizer(workdir: str, tokenizer, config, write: bool = False) -> Non
                           f"the tokenizer's {tokenizer.vocab_size} ids; use the tokenizer it was trained with")
 
 
-def model_config(config, loads_LE=None) -> ModelConfig:
-    """The model's static description; MoE models also carry their execution (and capacity plans)."""
+def model_config(config) -> ModelConfig:
+    """The model's static description, with what the registered model hooks add to it (e.g. an
+    execution plan; :data:`edge_jax.train.hooks.MODEL_HOOKS`)."""
     cfg = ModelConfig.from_config(config.model)
-    if not cfg.moe_experts:
-        return cfg
-    from edge_jax.papers.npumoe.setup import moe_exec
-    return dataclasses.replace(cfg, moe_exec=moe_exec(config, loads_LE))
+    for _, hook in MODEL_HOOKS.items():
+        cfg = hook(config, cfg)
+    return cfg
 
 
 def build(config, devices=None) -> RunSetup:

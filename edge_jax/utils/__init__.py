@@ -1,1 +1,1 @@
-"""Generic helpers: atomic writes, timing."""
+"""Generic helpers: atomic writes, timing, run provenance (git, device, versions), workdir labels."""

@@ -6,7 +6,6 @@ writes a small metrics.jsonl whose losses depend on the cell's overrides and see
 import argparse
 import json
 import math
-import subprocess
 import textwrap
 
 import ml_collections
@@ -273,23 +272,6 @@ def test_read_curves_dedupes_resumed_steps_and_skips_torn_lines(tmp_path):
     curves = runner.read_curves(path)
     assert curves == {"val_loss": [[10, 3.0], [20, 1.5]], "train_loss": [[10, 3.3]]}
     assert runner.read_curves(tmp_path / "absent.jsonl") == {"val_loss": [], "train_loss": []}
-
-
-def test_git_info(tmp_path):
-    assert runner.git_info(tmp_path) == {"commit": None, "dirty": None} or \
-        runner.git_info(tmp_path)["commit"] is None
-    git = ["git", "-c", "user.email=t@t", "-c", "user.name=t"]
-    try:
-        subprocess.run(git + ["init", "-q"], cwd=tmp_path, check=True)
-    except (OSError, subprocess.CalledProcessError):
-        pytest.skip("git not available")
-    (tmp_path / "f.txt").write_text("a")
-    subprocess.run(git + ["add", "f.txt"], cwd=tmp_path, check=True)
-    subprocess.run(git + ["commit", "-qm", "x"], cwd=tmp_path, check=True)
-    info = runner.git_info(tmp_path)
-    assert len(info["commit"]) == 40 and info["dirty"] is False
-    (tmp_path / "f.txt").write_text("b")
-    assert runner.git_info(tmp_path)["dirty"] is True
 
 
 def test_identical_cells_of_sibling_grids_are_reused_not_retrained(ablation, tmp_path):

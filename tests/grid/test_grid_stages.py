@@ -53,3 +53,28 @@ def test_unknown_stage_reference_is_one_line():
             "extra_metrics": [], "paper": {"metric": "m", "values": {}, "higher_is_better": True, "source": "s"},
             "notes": ""}, preset="tiny")
     assert stages.references({"x": "{stage:a}/{stage:b}", "y": 3}) == ["a", "b"]
+
+
+def test_stage_written_before_a_key_rename_is_reused(tmp_path):
+    """A gate stage trained with the old train.trainable=memory_gate / train.gate_lr keys is found by its
+    upgraded config.json although its directory hash is the old one."""
+    from edge_jax.config import load_config
+    spec_ = "configs/edgeinfinite.py"
+    config = load_config(spec_, {"init_from": "/base", "seed": 1})
+    old = json.loads(json.dumps(config.to_dict()))
+    old["train"].update(trainable="memory_gate", gate_lr=0.05)
+    del old["train"]["lr_multipliers"]
+    legacy = tmp_path / "_stages" / "gate-0123456789" / "seed1"
+    legacy.mkdir(parents=True)
+    (legacy / "config.json").write_text(json.dumps(old))
+    (legacy / "final_metrics.json").write_text("{}")
+    assert stages.stage_dir(tmp_path, "gate", config).name != "gate-0123456789"
+    trained = []
+    got = stages.ensure("gate", {"gate": {"base": spec_, "overrides": {"init_from": "/base"}}}, 1, tmp_path,
+                        lambda c, wd: trained.append(wd), lambda base, o: load_config(base, o), log=lambda m: None)
+    assert got == legacy and not trained
+    old["train"]["gate_lr"] = 0.1  # another learning rate is another run
+    (legacy / "config.json").write_text(json.dumps(old))
+    stages.ensure("gate", {"gate": {"base": spec_, "overrides": {"init_from": "/base"}}}, 1, tmp_path,
+                  lambda c, wd: trained.append(wd), lambda base, o: load_config(base, o), log=lambda m: None)
+    assert len(trained) == 1

@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from edge_jax.infer import decode_step, greedy_decode, host_tables, init_cache, prefill
+from edge_jax.infer.decode import cache_index
 from edge_jax.models import DecoderLM, ModelConfig
 from edge_jax.models.fold import fold_meki
 from edge_jax.models.generate import greedy_generate
@@ -47,14 +48,14 @@ def assert_cached_matches_full(cfg, params, full_params=None, rows_fn=None, prom
     for t in range(start, S):
         logits_BV, cache = decode_step(model, params, cache, toks[:, t:t + 1], **extra(toks[:, t:t + 1]))
         np.testing.assert_allclose(logits_BV, full_BTV[:, t], atol=1e-5, rtol=1e-5, err_msg=f"position {t}")
-    assert int(cache["layers_0"]["attn"]["cache_index"]) == S
+    assert int(cache_index(cache)) == S
 
 
 def test_dense_cached_matches_full():
     cache = init_cache(DecoderLM(BASE), B, S)
-    attn = cache["layers_1"]["attn"]
-    assert attn["cached_key"].shape == attn["cached_value"].shape == (B, S, BASE.n_kv_heads, BASE.head_dim)
-    assert int(attn["cache_index"]) == 0 and not np.asarray(attn["cached_key"]).any()
+    layer = cache[1]
+    assert layer["k"].shape == layer["v"].shape == (B, S, BASE.n_kv_heads, BASE.head_dim)
+    assert int(cache_index(cache)) == 0 and not np.asarray(layer["k"]).any()
     assert_cached_matches_full(BASE, random_params(BASE))
 
 

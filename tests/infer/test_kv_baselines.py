@@ -1,5 +1,7 @@
 """KV-cache baselines against the full forward: with a budget that holds everything they must be
 FullKV exactly; SnapKV's chunked votes must not depend on the prefill chunk size."""
+import dataclasses
+
 import jax
 import numpy as np
 import pytest
@@ -29,6 +31,28 @@ def test_roomy_budget_is_fullkv(setup, name):
     got = [np.asarray(session.prefill(tokens[:, :40]))]
     got += [np.asarray(session.step(tokens[:, t:t + 1])) for t in range(40, 48)]
     np.testing.assert_allclose(np.stack(got, 1), full[:, 39:48], rtol=1e-5, atol=2e-5)
+
+
+MLA = ModelConfig(vocab_size=64, d_model=32, n_layers=2, n_heads=4, n_kv_heads=4, head_dim=8, d_ff=64,
+                  qk_norm=False, attention="mla", kv_lora_rank=12, d_rope=4, rope_theta=10_000.0)
+
+
+@pytest.mark.parametrize("absorb", [False, True], ids=["naive", "absorbed"])
+@pytest.mark.parametrize("name", ["fullkv", "snapkv", "streamingllm"])
+def test_mla_latent_cache_in_the_baselines(name, absorb):
+    """The baselines run on MLA's latent cache too (one KV group): a roomy budget is FullKV exactly."""
+    cfg = dataclasses.replace(MLA, mla_absorb=absorb)
+    model = DecoderLM(cfg)
+    params = perturbed(model.init(jax.random.key(0), np.zeros((1, 8), np.int32)), 1, scale=0.05)
+    tokens = np.asarray(jax.random.randint(jax.random.key(1), (2, 30), 0, 64))
+    full = np.asarray(model.apply({"params": params}, tokens))
+    session = {"fullkv": lambda: FullKVSession(model, params, 8, 4),
+               "snapkv": lambda: SnapKVSession(model, params, 8, 4, 40, 4, 3),
+               "streamingllm": lambda: StreamingSession(model, params, 40, 4, 4)}[name]()
+    got = [np.asarray(session.prefill(tokens[:, :24]))]
+    got += [np.asarray(session.step(tokens[:, t:t + 1])) for t in range(24, 28)]
+    np.testing.assert_allclose(np.stack(got, 1), full[:, 23:28], rtol=1e-5, atol=2e-5)
+    assert set(session.caches[0]) == {"c_kv", "k_rope", "pos", "valid"}
 
 
 def test_tight_budgets_evict(setup):

@@ -1,5 +1,6 @@
 """KV-cache slot selection (edge_jax.infer.kv_select): SnapKV pooling and top-k, PyramidKV budgets,
-StreamingLLM slots and the per-group gathers, against NumPy loop references on random inputs."""
+StreamingLLM slots and the per-group gathers, against the NumPy loop references beside them
+(``*_reference`` in edge_jax.infer.kv_select) on random inputs."""
 import functools
 import itertools
 
@@ -10,51 +11,7 @@ import pytest
 
 from edge_jax.infer import kv_select as sel
 
-# ---------------------------------------------------------------- naive references (NumPy loops)
-
-
-def pool_ref(v_S, kernel, kind, mask_S=None):
-    S, r = len(v_S), kernel // 2
-    mask_S = np.ones(S, bool) if mask_S is None else mask_S
-    out = np.zeros(S, np.float64)
-    for s in range(S):
-        if not mask_S[s]:
-            continue
-        vals = [float(v_S[t]) for t in range(s - r, s + r + 1) if 0 <= t < S and mask_S[t]]
-        out[s] = max(vals) if kind == "max" else sum(vals) / len(vals)
-    return out
-
-
-def snapkv_ref(votes_BGS, valid_BS, budget, window, kernel, kind):
-    votes = np.asarray(jnp.asarray(votes_BGS, jnp.float32), np.float64)
-    valid_BS = np.asarray(valid_BS)
-    B, G, S = votes.shape
-    idx = np.zeros((B, G, budget), np.int64)
-    ok = np.zeros((B, G, budget), bool)
-    for b in range(B):
-        real = [s for s in range(S) if valid_BS[b, s]]
-        win = real[max(len(real) - window, 0):] if window else []
-        cands = [s for s in real if s not in win]
-        cmask = np.zeros(S, bool)
-        cmask[cands] = True
-        for g in range(G):
-            pooled = pool_ref(votes[b, g], kernel, kind, cmask)
-            chosen = sorted(cands, key=lambda s: (-pooled[s], s))[:budget - window]
-            kept = sorted(win + chosen)
-            idx[b, g, :len(kept)] = kept
-            ok[b, g, :len(kept)] = True
-    return idx, ok
-
-
-def streaming_ref(n_valid_B, sink, recent):
-    N = sink + recent
-    idx = np.zeros((len(n_valid_B), N), np.int64)
-    ok = np.zeros((len(n_valid_B), N), bool)
-    for b, n in enumerate(n_valid_B):
-        kept = list(range(n)) if n <= N else list(range(sink)) + list(range(n - recent, n))
-        idx[b, :len(kept)] = kept
-        ok[b, :len(kept)] = True
-    return idx, ok
+# ---------------------------------------------------------------- helpers (the references are in kv_select)
 
 
 def random_votes(rng, B, G, S, dtype=jnp.float32):
@@ -78,7 +35,7 @@ def check_snapkv(votes, valid, configs):
     for c, (idx, ok) in zip(configs, snapkv_many(votes, jnp.asarray(valid), configs)):
         assert idx.shape == ok.shape == votes.shape[:2] + (c[0],), c
         assert idx.dtype == jnp.int32 and ok.dtype == jnp.bool_
-        ridx, rok = snapkv_ref(votes, valid, *c)
+        ridx, rok = sel.snapkv_indices_reference(votes, valid, *c)
         np.testing.assert_array_equal(ok, rok, err_msg=str(c))
         np.testing.assert_array_equal(idx, ridx, err_msg=str(c))
 
@@ -103,10 +60,10 @@ def test_pool_votes_matches_reference(dtype):
     for (kernel, kind), (out, out_m) in zip(POOL_CONFIGS, pool_many(v, jnp.asarray(mask), POOL_CONFIGS)):
         assert out.dtype == out_m.dtype == dtype
         out, out_m = np.asarray(out, np.float32), np.asarray(out_m, np.float32)
-        for b in range(2):
-            for g in range(3):
-                np.testing.assert_allclose(out[b, g], pool_ref(vn[b, g], kernel, kind), rtol=tol)
-                np.testing.assert_allclose(out_m[b, g], pool_ref(vn[b, g], kernel, kind, mask[b, 0]), rtol=tol)
+        want = np.asarray(sel.pool_votes_reference(vn, kernel, kind), np.float32)
+        want_m = np.asarray(sel.pool_votes_reference(vn, kernel, kind, mask), np.float32)
+        np.testing.assert_allclose(out, want, rtol=tol)
+        np.testing.assert_allclose(out_m, want_m, rtol=tol)
     assert sel.pool_votes(v, 1, "avg") is v  # kernel 1 returns the input
 
 
@@ -286,7 +243,7 @@ def test_streaming_matches_reference():
     S, configs = 24, ((4, 8), (0, 5), (3, 0), (1, 1))
     n = np.array([24, 20, 13, 12, 11, 5, 1, 0, 30])  # 30 > S is clipped to S
     for (sink, recent), (idx, ok) in zip(configs, streaming_many(jnp.asarray(n), configs, S)):
-        ridx, rok = streaming_ref(np.minimum(n, S), sink, recent)
+        ridx, rok = sel.streaming_indices_reference(n, sink, recent, S)
         assert idx.shape == (len(n), sink + recent) and idx.dtype == jnp.int32
         np.testing.assert_array_equal(ok, rok, err_msg=str((sink, recent)))
         np.testing.assert_array_equal(idx, ridx, err_msg=str((sink, recent)))

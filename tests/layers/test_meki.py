@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from helpers import perturbed
 
-from edge_jax.config import MEKI_FUSIONS, MEKI_POSITIONS, MEKI_PROJECTIONS
+from edge_jax.layers.memory.meki import FUSIONS, POSITIONS, PROJECTIONS
 from edge_jax.layers.memory.meki import MeKi
 from edge_jax.layers.norms import rms_normalize
 from edge_jax.models import DecoderLM, ModelConfig
@@ -32,7 +32,7 @@ def _tokens(cfg, seed=2, shape=(2, 12)):
     return jax.random.randint(jax.random.key(seed), shape, 1, cfg.vocab_size)
 
 
-BRANCH_COMBOS = list(itertools.product(MEMORIES, MEKI_PROJECTIONS, MEKI_FUSIONS))
+BRANCH_COMBOS = list(itertools.product(MEMORIES, PROJECTIONS.names(), FUSIONS.names()))
 
 
 @pytest.mark.parametrize("memories,projection,fusion", BRANCH_COMBOS)
@@ -56,8 +56,8 @@ def test_folded_branch_matches_training_branch(memories, projection, fusion):
     assert float(jnp.std(want)) > 0.1
 
 
-FULL_COMBOS = list(itertools.product(MEMORIES, MEKI_PROJECTIONS, MEKI_FUSIONS, MEKI_POSITIONS))
-FAST_COMBOS = [((True, True), "swiglu", "add_sigmoid", pos) for pos in MEKI_POSITIONS] + [
+FULL_COMBOS = list(itertools.product(MEMORIES, PROJECTIONS.names(), FUSIONS.names(), POSITIONS.names()))
+FAST_COMBOS = [((True, True), "swiglu", "add_sigmoid", pos) for pos in POSITIONS.names()] + [
     ((True, False), "linear", "mul_silu", "after_ffn"), ((False, True), "swiglu", "add_silu", "parallel_attn")]
 
 

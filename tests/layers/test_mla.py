@@ -10,10 +10,12 @@ from helpers import perturbed
 
 from edge_jax.config import ConfigError, load_config
 from edge_jax.infer import decode as D
-from edge_jax.layers.mla import MLAttention, expanded_attention, latent_attention
+from edge_jax.infer.kv_state import value_arrays
+from edge_jax.layers.mla import MLAttention, expanded_attention, latent_attention, mla_attention_reference
 from edge_jax.models.count import param_breakdown
 from edge_jax.models.decoder import DecoderLM, ModelConfig
-from edge_jax.models.presets import plm_variant, sized_config
+from edge_jax.models.presets import sized_config
+from edge_jax.papers.plm.variants import plm_variant
 
 CFG = ModelConfig(vocab_size=97, d_model=64, n_layers=2, n_heads=4, n_kv_heads=4, head_dim=16, d_ff=128,
                   qk_norm=False, ffn="relu2", attention="mla", kv_lora_rank=24, d_rope=8, rope_theta=10_000.0)
@@ -56,10 +58,11 @@ def test_prefill_block_then_decode_matches():
 
 def test_cache_holds_only_latent_and_rope_key():
     cache = D.init_cache(DecoderLM(CFG), 3, 20)
-    attn = cache["layers_1"]["attn"]
-    assert set(attn) == {"cached_latent", "cached_rope_key", "cache_index"}
-    assert attn["cached_latent"].shape == (3, 20, CFG.kv_lora_rank)
-    assert attn["cached_rope_key"].shape == (3, 20, CFG.d_rope)
+    layer = cache[1]
+    assert set(value_arrays(layer)) == {"c_kv", "k_rope"}
+    assert layer["c_kv"].shape == (3, 20, CFG.kv_lora_rank)
+    assert layer["k_rope"].shape == (3, 20, CFG.d_rope)
+    assert layer["valid"].shape == (3, 1, 20) and "pos" not in layer  # plain: slot s holds position s
     assert D.cache_length(cache) == 20
 
 
@@ -77,19 +80,14 @@ def test_absorbed_and_expanded_attention_agree(dtype):
 
 
 def test_expanded_attention_matches_explicit_loop():
-    """eq. 16 written out per head and query with numpy."""
+    """eq. 16 written out per head and query (mla_attention_reference, numpy loops)."""
     B, T, H, K, R, C = 1, 5, 2, 4, 2, 6
     ks = jax.random.split(jax.random.key(7), 6)
     qn, qr, lat, kr, wk, wv = (np.asarray(jax.random.normal(k, s)) for k, s in zip(
         ks, [(B, T, H, K), (B, T, H, R), (B, T, C), (B, T, R), (C, H, K), (C, H, K)]))
     mask = np.tril(np.ones((T, T), bool))[None]
     got = np.asarray(expanded_attention(qn, qr, lat, kr, wk, wv, mask))
-    for t in range(T):
-        for i in range(H):
-            k = np.concatenate([lat[0, :t + 1] @ wk[:, i], kr[0, :t + 1]], axis=-1)
-            s = k @ np.concatenate([qn[0, t, i], qr[0, t, i]]) / np.sqrt(K + R)
-            p = np.exp(s - s.max()) / np.exp(s - s.max()).sum()
-            np.testing.assert_allclose(got[0, t, i], p @ (lat[0, :t + 1] @ wv[:, i]), atol=1e-5)
+    np.testing.assert_allclose(got, np.asarray(mla_attention_reference(qn, qr, lat, kr, wk, wv, mask)), atol=1e-5)
 
 
 def test_mla_params_have_paper_shapes():

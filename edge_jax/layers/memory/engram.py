@@ -40,12 +40,17 @@ read tokens ``<= t``).
 """
 from __future__ import annotations
 
+import dataclasses
+
 import flax.linen as nn
 import jax.numpy as jnp
 
-from edge_jax.layers.memory.ngram_hash import engram_table_sizes
+from edge_jax.errors import ConfigError
 from edge_jax.layers.ffn import dense
+from edge_jax.layers.memory.base import MEMORY_KINDS, MemoryKind
+from edge_jax.layers.memory.ngram_hash import engram_table_sizes
 from edge_jax.layers.norms import RMSNorm
+from edge_jax.registry import SECTIONS, Section
 
 
 def causal_depthwise_conv(x_BTD, w_KD, dilation: int):
@@ -99,3 +104,49 @@ class Engram(nn.Module):
         c = RMSNorm(self.norm_eps, "norm", self.param_dtype, name="conv_norm")(u)
         y = causal_depthwise_conv(c, w, max(self.orders))
         return u + nn.silu(y)
+
+
+@dataclasses.dataclass(frozen=True)
+class EngramKeys:
+    """``model.*`` keys of Engram (``model.memory=engram``; per-head width ``model.d_mem``)."""
+    engram_layers: tuple = (1,)  # the layers whose residual gets the Engram branch
+    engram_orders: tuple = (2, 3)  # n-gram orders hashed per token
+    engram_heads: int = 4  # hash heads per order
+    engram_table_size: int = 4099  # rows per head's table (primes near it, edge_jax.layers.memory.ngram_hash)
+    engram_kernel: int = 4  # the causal depthwise convolution's width
+
+
+def _validate(c) -> None:
+    m = c.model
+    if m.memory != "engram":
+        return
+    bad = [i for i in m.engram_layers if not 0 <= i < m.n_layers]
+    if not m.engram_layers or bad:
+        raise ConfigError(f"model.engram_layers={tuple(m.engram_layers)} must be non-empty layer indices "
+                          f"in [0, {m.n_layers}); e.g. model.engram_layers=[1]")
+    if not m.engram_orders or min(m.engram_orders) < 2:
+        raise ConfigError(f"model.engram_orders={tuple(m.engram_orders)} must list n-gram orders >= 2, "
+                          "e.g. [2,3]")
+    if m.engram_heads <= 0 or m.engram_table_size < 2 or m.engram_kernel <= 0:
+        raise ConfigError("model.engram_heads, model.engram_kernel must be positive and "
+                          "model.engram_table_size >= 2")
+
+
+def _prepare(cfg, ctx: dict) -> None:
+    if ctx.get("ngram_ids") is None:
+        raise ValueError("memory=engram needs ngram_ids; build them with edge_jax.models.inputs.host_inputs")
+
+
+def _branch(cfg, layer: int):
+    if layer not in cfg.engram_layers:
+        return {}
+
+    def apply(h_BTD, ctx):
+        return Engram(cfg.vocab_size, cfg.engram_orders, cfg.engram_heads, cfg.engram_table_size, cfg.d_mem,
+                      cfg.engram_kernel, cfg.norm_eps, cfg.init_std, cfg.dtype, cfg.param_dtype,
+                      name="engram")(h_BTD, ctx["ngram_ids"])
+    return {"pre_attn": apply}
+
+
+SECTIONS.register("engram", Section("model", EngramKeys, _validate))
+MEMORY_KINDS.register("engram", MemoryKind(_branch, prepare=_prepare, accepts=("ngram_ids",)))

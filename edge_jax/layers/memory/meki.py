@@ -19,16 +19,69 @@ matmuls. Both forms use the same :func:`fuse_and_project`, so they cannot drift 
 
 The RMSNorm inside ``e`` keeps its per-feature scale, like every RMSNorm in the model
 (Megatron's RMSNorm, which the paper's code base uses, has one); it folds into the table.
+
+Variant axes are registries: :data:`FUSIONS` (eq. 5), :data:`PROJECTIONS` (G, §5.6) and
+:data:`POSITIONS` (where the branch joins the block, Table 4); a new one is one function and one
+registration. The keys are declared once in :class:`MeKiKeys`.
 """
 from __future__ import annotations
+
+import dataclasses
 
 import flax.linen as nn
 import jax.numpy as jnp
 
+from edge_jax.errors import ConfigError
 from edge_jax.layers.ffn import dense
+from edge_jax.layers.memory.base import MEMORY_KINDS, MemoryKind, Placement
 from edge_jax.layers.norms import RMSNorm
+from edge_jax.registry import SECTIONS, Registry, Section
 
-_ACTS = {"sigmoid": nn.sigmoid, "silu": nn.silu}
+FUSIONS = Registry("MeKi fusion", key="model.meki_fusion")  # fuse(e, gate_logits) -> v (eqs. 4-5)
+PROJECTIONS = Registry("MeKi projection", key="model.meki_projection")  # G(E[x]) inside MeKiExpert
+POSITIONS = Registry("MeKi position", key="model.meki_position")  # -> Placement in the block
+
+
+@FUSIONS.register("add_sigmoid")
+def add_sigmoid(e, gate):
+    return e + nn.sigmoid(gate)
+
+
+@FUSIONS.register("mul_sigmoid")
+def mul_sigmoid(e, gate):
+    return e * nn.sigmoid(gate)
+
+
+@FUSIONS.register("add_silu")
+def add_silu(e, gate):
+    return e + nn.silu(gate)
+
+
+@FUSIONS.register("mul_silu")
+def mul_silu(e, gate):
+    return e * nn.silu(gate)
+
+
+@PROJECTIONS.register("swiglu")
+def swiglu_projection(x_BTD, d_mem: int, a):
+    """SwiGLU d_model -> d_model/2 -> d_mem (eq. 2); params proj_gate, proj_up, proj_down."""
+    hidden = x_BTD.shape[-1] // 2
+    gate = dense(hidden, ("embed", "mlp"), "proj_gate", *a)(x_BTD)
+    up = dense(hidden, ("embed", "mlp"), "proj_up", *a)(x_BTD)
+    return dense(d_mem, ("mlp", "mem"), "proj_down", *a)(nn.silu(gate) * up)
+
+
+@PROJECTIONS.register("linear")
+def linear_projection(x_BTD, d_mem: int, a):
+    """One linear map d_model -> d_mem (§5.6); param proj."""
+    return dense(d_mem, ("embed", "mem"), "proj", *a)(x_BTD)
+
+
+# Eq. 8 puts MeKi beside the FFN, sharing its pre-norm; the other positions are Table 4's.
+POSITIONS.register("parallel_ffn", Placement("ffn"))
+POSITIONS.register("parallel_attn", Placement("attn"))
+POSITIONS.register("after_attn", Placement("post_attn", own_norm=True))
+POSITIONS.register("after_ffn", Placement("post_ffn", own_norm=True))
 
 
 def _scalar(module: nn.Module, name: str):
@@ -58,16 +111,7 @@ class MeKiExpert(nn.Module):
                                 (self.vocab_size, self.d_mem), jnp.dtype(self.param_dtype))
             m = jnp.take(memory, tokens_BT, axis=0).astype(jnp.dtype(self.dtype))
         if self.dynamic:
-            x = embedded_BTD.astype(jnp.dtype(self.dtype))
-            if self.projection == "swiglu":
-                hidden = x.shape[-1] // 2
-                gate = dense(hidden, ("embed", "mlp"), "proj_gate", *a)(x)
-                up = dense(hidden, ("embed", "mlp"), "proj_up", *a)(x)
-                dyn = dense(self.d_mem, ("mlp", "mem"), "proj_down", *a)(nn.silu(gate) * up)
-            elif self.projection == "linear":
-                dyn = dense(self.d_mem, ("embed", "mem"), "proj", *a)(x)
-            else:
-                raise ValueError(f"unknown MeKi projection {self.projection!r}; valid: swiglu, linear")
+            dyn = PROJECTIONS.get(self.projection)(embedded_BTD.astype(jnp.dtype(self.dtype)), self.d_mem, a)
             m = m + _scalar(self, "beta") * dyn
         e = RMSNorm(self.norm_eps, "mem", self.param_dtype, name="norm")(m)
         return (_scalar(self, "alpha") * e).astype(jnp.dtype(self.dtype))
@@ -78,11 +122,8 @@ def fuse_and_project(e_BTM, h_BTD, fusion: str, norm_eps: float, init_std: float
     """Eqs. 4-6 (12-14): gate from ``h``, fuse with ``e``, project up and normalise. Called inside
     a compact module, whose parameters ``gate``, ``out`` and ``out_norm`` it creates."""
     a = (init_std, dtype, param_dtype)
-    mode, _, act = fusion.partition("_")
-    if mode not in ("add", "mul") or act not in _ACTS:
-        raise ValueError(f"unknown MeKi fusion {fusion!r}; valid: add_sigmoid, mul_sigmoid, add_silu, mul_silu")
-    g = _ACTS[act](dense(e_BTM.shape[-1], ("embed", "mem"), "gate", *a)(h_BTD))
-    v = e_BTM + g if mode == "add" else e_BTM * g
+    fuse = FUSIONS.get(fusion)
+    v = fuse(e_BTM, dense(e_BTM.shape[-1], ("embed", "mem"), "gate", *a)(h_BTD))
     y = dense(h_BTD.shape[-1], ("mem", "embed"), "out", *a)(v)
     return RMSNorm(norm_eps, "norm", param_dtype, name="out_norm")(y)
 
@@ -117,3 +158,49 @@ class MeKi(nn.Module):
             e = jnp.take(table, tokens_BT, axis=0).astype(jnp.dtype(self.dtype))
         return fuse_and_project(e, h_BTD, self.fusion, self.norm_eps, self.init_std, self.dtype,
                                 self.param_dtype)
+
+
+@dataclasses.dataclass(frozen=True)
+class MeKiKeys:
+    """``model.*`` keys of MeKi (``model.memory=meki``; its width is ``model.d_mem``)."""
+    meki_static: bool = True  # the static memory M (eq. 1)
+    meki_dynamic: bool = True  # the dynamic projection G(E) (eq. 2)
+    meki_projection: str = "swiglu"  # PROJECTIONS
+    meki_fusion: str = "add_sigmoid"  # FUSIONS
+    meki_position: str = "parallel_ffn"  # POSITIONS
+    meki_folded: bool = False  # the inference form (a table per layer; edge_jax.models.fold)
+
+
+def _validate(c) -> None:
+    m = c.model
+    if m.memory != "meki":
+        return
+    PROJECTIONS.check(m.meki_projection)
+    FUSIONS.check(m.meki_fusion)
+    POSITIONS.check(m.meki_position)
+    if not (m.meki_static or m.meki_dynamic or m.meki_folded):
+        raise ConfigError("model.meki_static and model.meki_dynamic are both off, so MeKi has no memory; "
+                          "switch one on or set model.memory=none")
+
+
+def _branch(cfg, layer: int):
+    """MeKi's residual branch in layer ``layer``: at its position's site, from the site's input."""
+    place = POSITIONS.get(cfg.meki_position)
+
+    def apply(x_BTD, ctx):
+        if place.own_norm:
+            x_BTD = RMSNorm(cfg.norm_eps, "norm", cfg.param_dtype, name="meki_norm")(x_BTD)
+        rows = ctx.get("meki_rows")
+        return MeKi(cfg.vocab_size, cfg.d_mem, cfg.meki_static, cfg.meki_dynamic, cfg.meki_projection,
+                    cfg.meki_fusion, cfg.meki_folded, cfg.norm_eps, cfg.init_std, cfg.dtype, cfg.param_dtype,
+                    name="meki")(x_BTD, ctx["tokens"], ctx["embedded"], None if rows is None else rows[:, :, layer])
+    return {place.site: apply}
+
+
+def _prepare(cfg, ctx: dict) -> None:
+    if ctx.get("meki_rows") is not None and not cfg.meki_folded:
+        raise ValueError("meki_rows only apply to a folded MeKi model; fold it with fold_meki first")
+
+
+SECTIONS.register("meki", Section("model", MeKiKeys, _validate))
+MEMORY_KINDS.register("meki", MemoryKind(_branch, prepare=_prepare, accepts=("meki_rows",)))

@@ -30,6 +30,7 @@ import flax.linen as nn
 import jax.numpy as jnp
 
 from edge_jax.layers.ffn import dense
+from edge_jax.layers.memory.base import MEMORY_KINDS, MemoryKind
 from edge_jax.layers.norms import RMSNorm
 
 
@@ -73,3 +74,20 @@ class PLEBlock(nn.Module):
         gate = nn.gelu(dense(self.d_ple, ("embed", "mem"), "gate", *a)(x), approximate=True)
         out = dense(x.shape[-1], ("mem", "embed"), "proj", *a)(gate * ple_BTP.astype(gate.dtype))
         return RMSNorm(self.norm_eps, "norm", self.param_dtype, name="out_norm")(out)
+
+
+def _prepare(cfg, ctx: dict) -> None:
+    """The per-layer inputs, computed once per forward at model level (``ple_inputs``)."""
+    ctx["ple"] = PLEInputs(cfg.vocab_size, cfg.n_layers, cfg.d_mem, cfg.norm_eps, init_std=cfg.init_std,
+                           dtype=cfg.dtype, param_dtype=cfg.param_dtype, name="ple_inputs")(
+        ctx["tokens"], ctx["embedded"])
+
+
+def _branch(cfg, layer: int):
+    def apply(h_BTD, ctx):
+        return PLEBlock(cfg.d_mem, cfg.norm_eps, cfg.init_std, cfg.dtype, cfg.param_dtype, name="ple")(
+            h_BTD, ctx["ple"][:, :, layer])
+    return {"post_ffn": apply}
+
+
+MEMORY_KINDS.register("ple", MemoryKind(_branch, prepare=_prepare))

@@ -25,6 +25,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from edge_jax.layers.moe.plan import LayerPlan
+from edge_jax.layers.moe.strategies import DROP_POLICIES, MOE_STRATEGIES, Strategy
 
 
 def swiglu(x_GCD, gate_GDF, up_GDF, down_GFD):
@@ -130,7 +131,7 @@ def chunked(x_ND, ids_NK, w_NK, saliency_N, chunk: int, drop: str):
     n = x_ND.shape[0]
     pad = -n % chunk
     padded = [jnp.pad(a, [(0, pad)] + [(0, 0)] * (a.ndim - 1)) for a in (x_ND, ids_NK, w_NK, saliency_N)]
-    score_N = padded[3] if drop == "saliency" else -(jnp.arange(n + pad) % chunk)
+    score_N = DROP_POLICIES.get(drop)(padded[3], chunk)
     valid_N = jnp.arange(n + pad) < n
     return tuple(a.reshape(-1, chunk, *a.shape[1:]) for a in (*padded[:3], score_N, valid_N))
 
@@ -171,3 +172,11 @@ def moe_reference(x_ND, ids_NK, w_NK, experts, score_N=None, valid_N=None, capac
         y = ((a / (1 + np.exp(-a))) * (xe @ up[e])) @ down[e]
         np.add.at(out, toks, y * w[toks, ks][:, None])
     return out
+
+
+MOE_STRATEGIES.register("dropless", Strategy(False, dropless))
+MOE_STRATEGIES.register("ragged", Strategy(False, ragged))
+MOE_STRATEGIES.register("uniform", Strategy(True))
+MOE_STRATEGIES.register("npumoe", Strategy(True))
+DROP_POLICIES.register("saliency", lambda saliency_N, chunk: saliency_N)  # NPUMoE §3.2
+DROP_POLICIES.register("position", lambda saliency_N, chunk: -(jnp.arange(saliency_N.shape[0]) % chunk))

@@ -15,12 +15,17 @@ calibration, traces and timing; ``intermediates/moe_stats`` (token-copy counts, 
 """
 from __future__ import annotations
 
+import dataclasses
+
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
+from edge_jax.errors import ConfigError
 from edge_jax.layers.moe import execute
 from edge_jax.layers.moe.plan import LayerPlan, MoEExec
+from edge_jax.layers.moe.strategies import DROP_POLICIES, MOE_STRATEGIES
+from edge_jax.registry import SECTIONS, Section
 
 
 class MoE(nn.Module):
@@ -59,11 +64,11 @@ class MoE(nn.Module):
             self.sow("losses", "load_balance", self.aux_weight * e * jnp.sum(share_E * jnp.mean(probs_BTE, (0, 1))))
         x_ND, ids_NK, w_NK = x_BTD.reshape(-1, d).astype(dt), ids_BTK.reshape(-1, self.top_k), w_BTK.reshape(
             -1, self.top_k)
-        strategy = self.execution.strategy
-        if strategy == "dropless" or (self.plan is None and self.is_initializing()):  # params need no plan
+        strategy = MOE_STRATEGIES.get(self.execution.strategy)
+        if self.execution.strategy == "dropless" or (self.plan is None and self.is_initializing()):  # no plan yet
             y_ND = execute.dropless(x_ND, ids_NK, w_NK, experts)
-        elif strategy == "ragged":
-            y_ND = execute.ragged(x_ND, ids_NK, w_NK, experts)
+        elif not strategy.capacity_bound:
+            y_ND = strategy.run(x_ND, ids_NK, w_NK, experts)
         else:
             y_ND = self._capacity(x_ND, ids_NK, w_NK, saliency_BT.reshape(-1), experts)
         return y_ND.reshape(b, t, d).astype(x_BTD.dtype)
@@ -82,3 +87,53 @@ class MoE(nn.Module):
         if self.plan.fallback:
             y_ND = y_ND + execute.ragged(x_ND, ids_NK, w_NK, experts, self.plan.fallback)
         return y_ND
+
+
+@dataclasses.dataclass(frozen=True)
+class MoEKeys:
+    """``model.*`` keys of the MoE FFN: a top-k router over SwiGLU experts in place of the FFN in
+    ``moe_layers`` (empty: all); ``moe_experts`` 0 keeps the dense FFN; ``moe_d_ff`` 0 takes ``d_ff``;
+    a Switch load-balancing loss of ``moe_aux_weight``."""
+    moe_experts: int = 0
+    moe_top_k: int = 2
+    moe_d_ff: int = 0
+    moe_renormalize: bool = False
+    moe_layers: tuple = ()
+    moe_aux_weight: float = 0.0
+
+
+@dataclasses.dataclass(frozen=True)
+class ExecutionKeys:
+    """``moe.*`` keys of how the MoE layers execute (:class:`MoEExec`): the strategy, the prefill
+    chunk whose tokens share one set of capacities, and the overflow drop policy."""
+    strategy: str = "dropless"
+    chunk: int = 512
+    drop: str = "saliency"
+
+
+def _validate_model(c) -> None:
+    m = c.model
+    if m.moe_experts < 0 or m.moe_d_ff < 0:
+        raise ConfigError("model.moe_experts and model.moe_d_ff must be >= 0 (moe_experts 0: a dense FFN)")
+    if not m.moe_experts:
+        return
+    if not 1 <= m.moe_top_k <= m.moe_experts:
+        raise ConfigError(f"model.moe_top_k={m.moe_top_k} must lie in [1, model.moe_experts={m.moe_experts}]; "
+                          "lower the top-k or add experts")
+    if any(not 0 <= i < m.n_layers for i in m.moe_layers) or len(set(m.moe_layers)) != len(m.moe_layers):
+        raise ConfigError(f"model.moe_layers={tuple(m.moe_layers)} must be distinct layer indices in [0, "
+                          f"{m.n_layers}); empty means every layer")
+
+
+def _validate_execution(c) -> None:
+    x = c.moe
+    MOE_STRATEGIES.check(x.strategy)
+    DROP_POLICIES.check(x.drop)
+    if not c.model.moe_experts and x.strategy != "dropless":
+        raise ConfigError(f"moe.strategy={x.strategy!r} applies to MoE models; set model.moe_experts > 0")
+    if x.chunk <= 0:
+        raise ConfigError(f"moe.chunk={x.chunk} must be positive")
+
+
+SECTIONS.register("moe_model", Section("model", MoEKeys, _validate_model))
+SECTIONS.register("moe_execution", Section("moe", ExecutionKeys, _validate_execution))

@@ -19,8 +19,7 @@ import math
 
 import numpy as np
 
-STRATEGIES = ("dropless", "ragged", "uniform", "npumoe")
-DROP_POLICIES = ("saliency", "position")
+from edge_jax.layers.moe.strategies import MOE_STRATEGIES
 
 
 @dataclasses.dataclass(frozen=True)
@@ -79,7 +78,7 @@ class MoEExec:
 
     @property
     def capacity_bound(self) -> bool:
-        return self.strategy in ("uniform", "npumoe")
+        return MOE_STRATEGIES.get(self.strategy).capacity_bound
 
 
 def base_capacity(chunk: int, top_k: int, n_experts: int) -> int:

@@ -44,13 +44,14 @@ import time
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
+import ml_collections
 import numpy as np
 
 from edge_jax.utils.atomic import save_figure_atomic, write_json_atomic
 from edge_jax.config import ConfigError
-from edge_jax.papers.edgeinfinite.inference import EdgeInfiniteSession
-from edge_jax.infer.kv_baselines import FullKVSession
+from edge_jax.infer.kv_methods import KV_METHODS
 from edge_jax.infer.kv_state import PeakProbe, cache_bytes
+from edge_jax.papers.edgeinfinite import inference  # noqa: F401  (registers the edgeinfinite method)
 from edge_jax.models.decoder import DecoderLM, ModelConfig
 
 DEFAULT_SHAPE = dict(vocab_size=256, d_model=128, n_layers=2, n_heads=4, n_kv_heads=2, head_dim=32, d_ff=256)
@@ -59,8 +60,7 @@ DEFAULT_SINK, DEFAULT_WINDOW, DEFAULT_SEGMENT = 300, 200, 2048  # EdgeInfinite Â
 DEFAULT_CHUNK = 2048
 DEFAULT_REPEATS = 1
 INFINI_HIDDEN = 32  # width of the memory-gating MLP (its cost is negligible either way)
-METHODS = ("edgeinfinite", "fullkv")
-LABELS = {"edgeinfinite": "EdgeInfinite", "fullkv": "FullKV"}
+METHODS = ("edgeinfinite", "fullkv")  # the two of Fig. 3, KV_METHODS names
 PEAK_GOAL = (65536, 8192, 1.15)  # EdgeInfinite peak at 64K <= 1.15 x its peak at 8K
 TTFT_GOAL = (32768, 0.5)  # EdgeInfinite TTFT at 32K <= 0.5 x FullKV's
 MIB = 2 ** 20
@@ -163,8 +163,8 @@ def measure(cfg: ModelConfig, lengths, chunk: int = DEFAULT_CHUNK, repeats: int 
     params = init_params(model, seed)
     rng = np.random.default_rng(seed)
     tokens = {n: rng.integers(0, cfg.vocab_size, (batch, n), dtype=np.int32) for n in lengths}
-    make = {"edgeinfinite": lambda: EdgeInfiniteSession(model, params),
-            "fullkv": lambda: FullKVSession(model, params, chunk, 0)}
+    settings = ml_collections.ConfigDict({"longctx": {"prefill_chunk": chunk, "answer_tokens": 0}})
+    make = {m: (lambda m=m: KV_METHODS.get(m).from_config(model, params, settings, 0)) for m in METHODS}
     out = {n: {"compressed": n >= min_compressed_length(cfg), "edgeinfinite": None,
                "fullkv": None} for n in lengths}
     todo = [(m, n) for m in METHODS for n in lengths if m != "fullkv" or max_fullkv is None or n <= max_fullkv]
@@ -287,7 +287,7 @@ def write_plot(r: dict, path, title: str = "") -> None:
             pts = [(n, x[m][key] / scale) for n, x in r.items() if x[m] is not None]
             short = [(n, x[m][key] / scale) for n, x in r.items() if x[m] is not None and not x["compressed"]]
             if pts:
-                label = LABELS[m] + (" (open: not compressed)" if short and m == "edgeinfinite" else "")
+                label = KV_METHODS.get(m).label + (" (open: not compressed)" if short and m == "edgeinfinite" else "")
                 (line,) = ax.plot(*zip(*pts), marker="o", label=label)
                 if short and m == "edgeinfinite":
                     ax.plot(*zip(*short), "o", mfc="white", mec=line.get_color(), zorder=3)
@@ -319,3 +319,26 @@ def run(args, overrides) -> str:
                    f"{jax.devices()[0].platform})")
         report += f"\n  wrote {args.plot}"
     return report
+
+
+# --- `edge-jax bench long-context` (edge_jax.bench.command is the harness)
+from edge_jax.bench import Benchmark  # noqa: E402
+from edge_jax.registry import BENCHMARKS  # noqa: E402
+
+
+def add_arguments(group) -> None:
+    group.add_argument("--lengths", default=DEFAULT_LENGTHS, help="comma-separated input lengths")
+    group.add_argument("--sink", type=int, default=DEFAULT_SINK, help="EdgeInfinite sink tokens")
+    group.add_argument("--window", type=int, default=DEFAULT_WINDOW, help="EdgeInfinite window tokens (<= --segment)")
+    group.add_argument("--segment", type=int, default=DEFAULT_SEGMENT, help="EdgeInfinite segment length")
+    group.add_argument("--max-fullkv-length", type=int, default=None, help="skip FullKV above this length "
+                       "(default: run it at every length; its cost is quadratic)")
+    group.add_argument("--plot", default=None, help="write a two-panel PNG (TTFT, peak memory vs length) here")
+
+
+BENCHMARKS.register("long-context", Benchmark(
+    help="EdgeInfinite Fig. 3: TTFT and peak memory vs input length, EdgeInfinite vs FullKV. Also takes "
+         "--d-model, --layers, --heads, --kv-heads, --head-dim, --d-ff, --vocab, --batch, --dtype, --repeats "
+         "(default 1), --chunk (FullKV prefill chunk, default 2048), --json; default shape: d_model 128, 2 layers, "
+         "4/2 heads x 32, d_ff 256, vocab 256",
+    run=run, add_arguments=add_arguments, defaults={"repeats": DEFAULT_REPEATS, "chunk": DEFAULT_CHUNK}))

@@ -55,7 +55,7 @@ def edgeinfinite_cell(**model) -> dict:
 
 
 def baseline_cell(method: str) -> dict:
-    return {**EVAL_ONLY, "init_from": "{stage:base}", "model.infini_hidden": 0, "train.trainable": "all",
+    return {**EVAL_ONLY, "init_from": "{stage:base}", "model.infini_hidden": 0, "train.trainable": ".*",
             "longctx.method": method}
 
 

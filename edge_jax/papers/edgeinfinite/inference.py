@@ -15,20 +15,36 @@ A window of 0 (``model.infini_keep_window=false``, Table 2) keeps just the newes
 Every chunk has a fixed length (sink, segment, window, one token, and the prefill's remaining part
 padded to window + segment), so a whole run compiles six small steps and its memory does not grow
 with the input: the cache holds at most sink + window + segment slots per layer.
+
+The session is the ``edgeinfinite`` method of :data:`edge_jax.infer.kv_methods.KV_METHODS`.
 """
 from __future__ import annotations
 
 import jax.numpy as jnp
 import numpy as np
 
+from edge_jax.errors import ConfigError
+from edge_jax.infer.kv_methods import KV_METHODS
 from edge_jax.infer.kv_state import empty_caches, only_first, run_chunk, write
 from edge_jax.layers.infini import empty_memory, segment_layout
 
 
+@KV_METHODS.register("edgeinfinite")
 class EdgeInfiniteSession:
     """One batch of sequences decoded with Algorithm 1 (all rows advance together).
 
     ``prefill(tokens_BT)`` and ``step(token_B1)`` return the logits [B, V] of the last position."""
+    label = "EdgeInfinite"
+
+    @classmethod
+    def validate(cls, config, budget: int) -> None:
+        if not config.model.infini_hidden:
+            raise ConfigError("longctx.method=edgeinfinite needs the memory gate: set model.infini_hidden > 0")
+
+    @classmethod
+    def from_config(cls, model, params, config, budget: int):
+        """Its sizes come from the model (sink, window, segment); ``budget`` is not used."""
+        return cls(model, params)
 
     def __init__(self, model, params, probe=None):
         cfg = model.cfg
@@ -64,7 +80,7 @@ class EdgeInfiniteSession:
 
     def _store(self, extras, start: int, count: int, T: int):
         pos_BT = jnp.broadcast_to(start + jnp.arange(T, dtype=jnp.int32), (extras[0]["k"].shape[0], T))
-        self.caches = [write(c, e["k"], e["v"], pos_BT, start, count) for c, e in zip(self.caches, extras)]
+        self.caches = [write(c, e, pos_BT, start, count) for c, e in zip(self.caches, extras)]
 
     def _compress(self, segment_BL):
         """get_memory: the segment with the sink tokens in front, folded into every layer's memory."""

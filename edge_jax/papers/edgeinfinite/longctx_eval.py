@@ -22,26 +22,17 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from edge_jax.config import ConfigError, longctx_budget
 from edge_jax.data.builders.longctx import CATEGORIES, TASKS, eval_prompts
-from edge_jax.papers.edgeinfinite.inference import EdgeInfiniteSession
-from edge_jax.infer.kv_baselines import FullKVSession, SnapKVSession, StreamingSession
+from edge_jax.errors import ConfigError
+from edge_jax.infer.kv_methods import KV_METHODS
+from edge_jax.papers.edgeinfinite import inference  # noqa: F401  (registers the edgeinfinite method)
+from edge_jax.papers.edgeinfinite.config import longctx_budget
 
 
 def make_session(method: str, model, params, config):
-    """The inference session of ``method`` with the config's sizes and budget."""
-    lc, m = config.longctx, config.model
-    budget, extra = longctx_budget(config), lc.answer_tokens
-    if method == "edgeinfinite":
-        return EdgeInfiniteSession(model, params)
-    if method == "fullkv":
-        return FullKVSession(model, params, lc.prefill_chunk, extra)
-    if method in ("snapkv", "pyramidkv"):
-        return SnapKVSession(model, params, lc.prefill_chunk, extra, budget, lc.obs_window, lc.pool_kernel,
-                             pyramid=method == "pyramidkv", beta=lc.pyramid_beta)
-    if method == "streamingllm":
-        return StreamingSession(model, params, budget, m.infini_sink, extra)
-    raise ConfigError(f"unknown longctx.method {method!r}; valid: edgeinfinite, fullkv, streamingllm, snapkv, pyramidkv")
+    """The inference session of ``method`` (a :data:`KV_METHODS` name) with the config's sizes and
+    budget; an unknown name is a one-line ConfigError."""
+    return KV_METHODS.get(method).from_config(model, params, config, longctx_budget(config))
 
 
 def answer(session, prompt_ids, answer_ids, tokenizer, max_tokens: int) -> tuple[str, float]:

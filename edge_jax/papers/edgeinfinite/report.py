@@ -12,7 +12,7 @@ from pathlib import Path
 
 from edge_jax.utils.atomic import write_text_atomic
 from edge_jax.papers.edgeinfinite.grid import CATEGORIES, PAPER_CATEGORY, TABLE1, TABLE2
-from edge_jax.grid.tables import _mean_std, _num, competition_ranks, kendall_tau_b, stat
+from edge_jax.grid.tables import competition_ranks, format_number, format_stat, kendall_tau_b, stat
 
 
 def _paper_table(grid) -> dict:
@@ -47,7 +47,7 @@ def write_categories(grid, records: list[dict], out) -> list[Path]:
             s = stat(_values(records, cell, f"longctx/{cat}"))
             means[cat][cell] = s.mean
             ref = paper.get(cell, {}).get("Avg" if cat == "overall" else PAPER_CATEGORY[cat])
-            row.append(f"{_mean_std(s)} ({_num(ref)})")
+            row.append(f"{format_stat(s)} ({format_number(ref)})")
         lines.append("| " + " | ".join(row) + " |")
     lines += ["", "Ordering agreement per category (Kendall's tau-b between our means and the paper's scores, "
                   "+1 = same order):", ""]
@@ -55,7 +55,7 @@ def write_categories(grid, records: list[dict], out) -> list[Path]:
         ref = {c: paper[c]["Avg" if cat == "overall" else PAPER_CATEGORY[cat]] for c in cells if c in paper}
         have = {c: v for c, v in means[cat].items() if v is not None}
         if len(set(have.values())) <= 1:
-            lines.append(f"- {cat}: all cells tied at {_num(next(iter(have.values()), None))}, no ordering")
+            lines.append(f"- {cat}: all cells tied at {format_number(next(iter(have.values()), None))}, no ordering")
             continue
         ranks = competition_ranks(have, False)
         lines.append(f"- {cat}: {_agreement(cells, means[cat], ref)}; ours best first: "
@@ -64,9 +64,9 @@ def write_categories(grid, records: list[dict], out) -> list[Path]:
                   "match is zero):", "", "| cell | " + " | ".join(CATEGORIES) + " | all |",
               "|" + "---|" * (len(CATEGORIES) + 2)]
     for cell in cells:
-        lines.append(f"| {cell} | " + " | ".join(_mean_std(stat(_values(records, cell, f"longctx/answer_nll/{c}")))
+        lines.append(f"| {cell} | " + " | ".join(format_stat(stat(_values(records, cell, f"longctx/answer_nll/{c}")))
                                                 for c in CATEGORIES)
-                     + f" | {_mean_std(stat(_values(records, cell, 'longctx/answer_nll')))} |")
+                     + f" | {format_stat(stat(_values(records, cell, 'longctx/answer_nll')))} |")
     cat_path = out / "categories.md"
     write_text_atomic(cat_path, "\n".join(lines) + "\n")
 
@@ -76,7 +76,7 @@ def write_categories(grid, records: list[dict], out) -> list[Path]:
             "Overall exact match in percent (mean ± std over seeds) per prompt length in tokens.", "",
             "| cell | " + " | ".join(str(n) for n in lengths) + " |", "|" + "---|" * (len(lengths) + 1)]
     for cell in cells:
-        rows.append(f"| {cell} | " + " | ".join(_mean_std(stat(_values(records, cell, f"longctx/len{n}")))
+        rows.append(f"| {cell} | " + " | ".join(format_stat(stat(_values(records, cell, f"longctx/len{n}")))
                                                for n in lengths) + " |")
     len_path = out / "lengths.md"
     write_text_atomic(len_path, "\n".join(rows) + "\n")

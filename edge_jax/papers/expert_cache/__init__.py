@@ -1,1 +1,10 @@
-"""Two-tier MoE expert cache: simulator, predictors, policies."""
+"""Two-tier MoE expert cache: simulator, predictors, policies.
+
+The policies register first, in the order the reports list them (CACHE_POLICIES), then the task's
+config, benchmark, command and runner."""
+# isort: off
+from edge_jax.papers.expert_cache import policies  # noqa: F401  fifo, lru, lfu
+from edge_jax.papers.expert_cache import watermark  # noqa: F401  ewma, scoutgate, watermark
+from edge_jax.papers.expert_cache import belady  # noqa: F401  the offline bound
+# isort: on
+from edge_jax.papers.expert_cache import bench, commands, config, experiment  # noqa: F401

@@ -22,7 +22,7 @@ import time
 
 import numpy as np
 
-from edge_jax.papers.expert_cache.engine import SimStats, object_ids
+from edge_jax.papers.expert_cache.engine import CACHE_POLICIES, CachePolicy, SimStats, object_ids
 from edge_jax.papers.expert_cache.profile import DeviceProfile
 
 
@@ -87,3 +87,11 @@ def belady(experts_NLK: np.ndarray, profile: DeviceProfile, cap_g: float, cap_r:
     st.wall_s = time.perf_counter() - t0
     return st, {"exact": profile.uniform and cap_g <= cap_r,
                 "containment_violations": int((miss_r & ~miss_g).sum())}
+
+
+def _offline(experts_NLK, profile, cap_g, cap_r):
+    stats, bound = belady(experts_NLK, profile, cap_g, cap_r)
+    return stats, {"belady_exact": bound["exact"], "belady_containment_violations": bound["containment_violations"]}
+
+
+CACHE_POLICIES.register("belady", CachePolicy(offline=_offline))

@@ -14,17 +14,17 @@ import time
 
 import numpy as np
 
+from edge_jax.bench import Benchmark
+from edge_jax.errors import ConfigError
+from edge_jax.registry import BENCHMARKS
 from edge_jax.utils.atomic import write_json_atomic
-from edge_jax.config import ConfigError
 
-POLICIES = ("fifo", "lru", "lfu", "ewma", "scoutgate", "watermark", "belady")
 GOAL_S = 60.0
 
 
 def run(args, overrides) -> str:
-    from edge_jax.papers.expert_cache.belady import belady
     from edge_jax.papers.expert_cache.config import base_config
-    from edge_jax.papers.expert_cache.engine import Simulator
+    from edge_jax.papers.expert_cache.engine import CACHE_POLICIES, Simulator, simulated_policies
     from edge_jax.papers.expert_cache.experiment import make_policy
     from edge_jax.papers.expert_cache.profile import build_profile, capacities
     from edge_jax.papers.expert_cache.scoutgate import k_hot
@@ -43,17 +43,18 @@ def run(args, overrides) -> str:
     rng = np.random.default_rng(0)
     scout = 0.6 * k_hot(trace.experts, experts) + 0.4 * rng.random((n_tokens, layers, experts), dtype=np.float32)
     rows = []
-    for name in POLICIES:
+    for name in simulated_policies():
         c.cache.policy = name
         t0 = time.perf_counter()
-        if name == "belady":
-            st = belady(trace.experts, prof, cap_g, cap_r)[0]
+        offline = CACHE_POLICIES.get(name).offline
+        if offline is not None:
+            st = offline(trace.experts, prof, cap_g, cap_r)[0]
         else:
             st = Simulator(prof, cap_g, cap_r).run(trace.experts, make_policy(c, scout))
         wall = time.perf_counter() - t0
         rows.append({"policy": name, "seconds": wall, "accesses_per_s": st.accesses / wall,
                      "stall_ms_per_token": st.metrics()["stall_ms_per_token"]})
-    online = [r for r in rows if r["policy"] != "belady"]
+    online = [r for r in rows if CACHE_POLICIES.get(r["policy"]).offline is None]
     slowest = max(online, key=lambda r: r["seconds"])
     scale = 1e6 / (n_tokens * layers * k)
     ok = slowest["seconds"] * scale < GOAL_S
@@ -70,3 +71,15 @@ def run(args, overrides) -> str:
         lines.append(f"  wrote {args.json}")
     return "\n".join(lines)
 
+
+def add_arguments(group) -> None:
+    group.add_argument("--accesses", type=int, default=1_000_000, help="accesses to replay (tokens x layers x top-k)")
+    group.add_argument("--vram", type=float, default=0.2, help="VRAM capacity, fraction of all experts' bytes")
+    group.add_argument("--ram", type=float, default=0.6, help="RAM capacity, fraction of all experts' bytes")
+    group.add_argument("--profile", default="pcie4-nvme", help="device profile preset (pcie4-nvme, phone)")
+
+
+BENCHMARKS.register("cache-sim", Benchmark(
+    help="accesses per second of every expert-cache policy on a synthetic trace. Also takes --layers "
+         "(default 4), --experts, --top-k, --json",
+    run=run, add_arguments=add_arguments))

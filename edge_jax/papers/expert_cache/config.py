@@ -11,11 +11,14 @@ from __future__ import annotations
 
 import ml_collections
 
-from edge_jax.config import ConfigError, _choice
+from edge_jax.errors import ConfigError, unknown
+from edge_jax.papers.expert_cache.engine import CACHE_POLICIES, CachePolicy
+from edge_jax.registry import TASKS, Task
 
 TASK = "cache_sim"
-POLICIES = ("fifo", "lru", "lfu", "ewma", "scoutgate", "watermark", "belady", "none")
 SOURCES = ("file", "synthetic")
+# No simulation: only train and score ScoutGate (the stage the grid's cells share).
+CACHE_POLICIES.register("none", CachePolicy(scout=lambda c: True))
 
 
 def base_config() -> ml_collections.ConfigDict:
@@ -48,12 +51,17 @@ def base_config() -> ml_collections.ConfigDict:
 
 
 def needs_scout(c) -> bool:
-    return c.cache.policy in ("scoutgate", "none") or (c.cache.policy == "watermark" and c.predictor.eta > 0)
+    return CACHE_POLICIES.get(c.cache.policy).scout(c)
+
+
+def _choice(key: str, value: str, valid) -> None:
+    if value not in valid:
+        raise ConfigError(unknown(f"{key} value", value, valid))
 
 
 def validate(c) -> None:
     """One-line ConfigError for values and combinations that cannot run."""
-    _choice("cache.policy", c.cache.policy, POLICIES)
+    CACHE_POLICIES.check(c.cache.policy)
     _choice("trace.source", c.trace.source, SOURCES)
     if c.trace.source == "file" and not c.trace.path:
         raise ConfigError("trace.path is empty; pass a trace file (edge-jax moe trace --workdir W --out DIR) or "
@@ -80,3 +88,6 @@ def validate(c) -> None:
             raise ConfigError(f"scoutgate.{key} must be positive, got {s[key]}")
     if s.from_dir and c.cache.policy == "none":
         raise ConfigError("cache.policy=none trains ScoutGate; drop scoutgate.from_dir or pick a policy")
+
+
+TASKS.register(TASK, Task(schema=base_config, validate=validate))

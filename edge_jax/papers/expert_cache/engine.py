@@ -26,8 +26,11 @@ from __future__ import annotations
 
 import dataclasses
 import time
+from typing import Callable
 
 import numpy as np
+
+from edge_jax.registry import Registry
 
 from edge_jax.papers.expert_cache.profile import DeviceProfile
 
@@ -63,6 +66,24 @@ class SimStats:
             "sim_s": self.wall_s,
             "accesses_per_s": self.accesses / max(self.wall_s, 1e-9),
         }
+
+
+@dataclasses.dataclass(frozen=True)
+class CachePolicy:
+    """A ``cache.policy``: ``make(config, scout)`` builds its online :class:`Policy`; an offline bound
+    instead has ``offline(experts, profile, cap_g, cap_r) -> (SimStats, extra metrics)``; neither:
+    nothing is simulated. ``scout(config)``: whether it reads ScoutGate's predictions."""
+    make: Callable | None = None
+    offline: Callable | None = None
+    scout: Callable = lambda c: False
+
+
+CACHE_POLICIES: Registry[CachePolicy] = Registry("cache policy", key="cache.policy")
+
+
+def simulated_policies() -> list[str]:
+    """The policies that simulate a cache (online or as an offline bound), in registration order."""
+    return [name for name, p in CACHE_POLICIES.items() if p.make is not None or p.offline is not None]
 
 
 class Policy:

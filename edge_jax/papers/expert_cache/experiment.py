@@ -1,8 +1,9 @@
 """One expert-cache run: trace -> profile and capacities -> (ScoutGate) -> policy -> metrics.
 
 ``run_experiment(config, workdir)`` is what ``edge-jax cache run`` and every ``edge-jax grid`` cell of a
-cache ablation call. It writes ``config.json`` first and ``final_metrics.json`` last (both atomically;
-a run is finished when the latter exists) and, when it trains ScoutGate, ``scoutgate.npz``.
+cache ablation call (it is the runner registered for the ``cache_sim`` task). It writes ``config.json``
+first and ``final_metrics.json`` last (both atomically; a run is finished when the latter exists) and,
+when it trains ScoutGate, ``scoutgate.npz``.
 """
 from __future__ import annotations
 
@@ -14,26 +15,21 @@ from pathlib import Path
 
 import numpy as np
 
-from edge_jax.utils.atomic import write_json_atomic
-from edge_jax.papers.expert_cache.config import needs_scout
-from edge_jax.papers.expert_cache.engine import Simulator
+from edge_jax.data.routing_trace import RoutingTrace
+from edge_jax.errors import ConfigError
+from edge_jax.papers.expert_cache.config import TASK, needs_scout
+from edge_jax.papers.expert_cache.engine import CACHE_POLICIES, Simulator
 from edge_jax.papers.expert_cache.inputs import load_trace, split_trace, trace_path
 from edge_jax.papers.expert_cache.profile import build_profile, capacities, resolve
-from edge_jax.config import ConfigError
-from edge_jax.papers.npumoe.traces import RoutingTrace
+from edge_jax.registry import RUNNERS
+from edge_jax.utils.atomic import write_json_atomic
 
 SCOUT_FILE = "scoutgate.npz"
 
 
 def make_policy(c, scout: np.ndarray | None):
-    from edge_jax.papers.expert_cache.policies import FIFO, LFU, LRU
-    from edge_jax.papers.expert_cache.watermark import Watermark
-    name, p = c.cache.policy, c.predictor
-    if name in ("fifo", "lru", "lfu"):
-        return {"fifo": FIFO, "lru": LRU, "lfu": LFU}[name]()
-    eta = {"ewma": 0.0, "scoutgate": 1.0}.get(name, p.eta)
-    return Watermark(name, eta=eta, gamma=p.gamma, alpha=p.alpha, p0=p.p0, step=p.watermark_step,
-                     hysteresis=p.hysteresis, scout=scout if eta > 0 else None)
+    """The online policy ``cache.policy`` names (CACHE_POLICIES)."""
+    return CACHE_POLICIES.get(c.cache.policy).make(c, scout)
 
 
 def scout_config(c):
@@ -90,7 +86,9 @@ def ewma_probs(experts_NLK: np.ndarray, n_experts: int, alpha: float, p0: float)
     return out
 
 
+@RUNNERS.register(TASK)
 def run_experiment(c, workdir: str | Path, log=print) -> dict:
+    """Run the expert-cache config ``c`` in ``workdir``; its metrics (what a grid cell records)."""
     wd = Path(workdir)
     wd.mkdir(parents=True, exist_ok=True)
     write_json_atomic(wd / "config.json", json.loads(json.dumps(c.to_dict(), default=str)))
@@ -113,12 +111,11 @@ def run_experiment(c, workdir: str | Path, log=print) -> dict:
         metrics.update(info, scoutgate_recall_at_k=recall_at_k(scout, ev.experts),
                        ewma_recall_at_k=recall_at_k(ewma, ev.experts),
                        scoutgate_mean_sum_p=float(scout.sum(-1).mean()))
-    if c.cache.policy == "belady":
-        from edge_jax.papers.expert_cache.belady import belady
-        stats, bound = belady(ev.experts, profile, cap_g, cap_r)
-        metrics.update(stats.metrics(), belady_exact=bound["exact"],
-                       belady_containment_violations=bound["containment_violations"])
-    elif c.cache.policy != "none":
+    entry = CACHE_POLICIES.get(c.cache.policy)
+    if entry.offline is not None:
+        stats, extra = entry.offline(ev.experts, profile, cap_g, cap_r)
+        metrics.update(stats.metrics(), **extra)
+    elif entry.make is not None:
         policy = make_policy(c, scout)
         metrics.update(Simulator(profile, cap_g, cap_r).run(ev.experts, policy).metrics())
         if hasattr(policy, "lam"):

@@ -7,7 +7,7 @@ import dataclasses
 import numpy as np
 
 from edge_jax.config import ConfigError
-from edge_jax.papers.npumoe.traces import RoutingTrace, read_trace
+from edge_jax.data.routing_trace import RoutingTrace, read_trace
 
 
 def trace_path(c) -> str:

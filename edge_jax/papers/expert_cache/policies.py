@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from edge_jax.papers.expert_cache.engine import Policy
+from edge_jax.papers.expert_cache.engine import CACHE_POLICIES, CachePolicy, Policy
 
 
 class FIFO(Policy):
@@ -55,3 +55,7 @@ class LFU(Policy):
 
     def priority(self, tier: str) -> np.ndarray:
         return self.count + (self.last + 1) / (self.t + 2)   # recency in [0, 1) breaks count ties
+
+
+for _policy in (FIFO, LRU, LFU):
+    CACHE_POLICIES.register(_policy.name, CachePolicy(make=lambda c, scout, cls=_policy: cls()))

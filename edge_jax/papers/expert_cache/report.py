@@ -6,10 +6,10 @@ from __future__ import annotations
 from collections import defaultdict
 from pathlib import Path
 
-from edge_jax.utils.atomic import save_figure_atomic, write_text_atomic
 from edge_jax.grid.tables import stat
+from edge_jax.papers.expert_cache.engine import simulated_policies
+from edge_jax.utils.atomic import save_figure_atomic, write_text_atomic
 
-POLICIES = ("fifo", "lru", "lfu", "ewma", "scoutgate", "watermark", "belady")
 GOAL_VRAM = (0.2, 0.3)            # the goal: real traces at 20-30% VRAM
 GOAL_LRU, GOAL_BELADY = 0.8, 1.3
 
@@ -59,7 +59,7 @@ def write_policy_report(grid, records: list[dict], out) -> list[Path]:
              "mean ± std over seeds; see table.md for every cell and the notes.", ""]
     for trace in traces:
         vrams = sorted({k[1] for k in data if k[0] == trace})
-        policies = [p for p in POLICIES if any(k[0] == trace and k[2] == p for k in data)]
+        policies = [p for p in simulated_policies() if any(k[0] == trace and k[2] == p for k in data)]
         lines += [f"## {trace} trace", "", "Stall, ms/token:", ""] + _table(data, trace, vrams, policies,
                                                                             "stall_ms_per_token")
         lines += ["", "Watermark stall relative to LRU and to Belady (per-seed ratios, mean ± std):", "",
@@ -101,7 +101,7 @@ def _plot(data: dict, traces: list[str], path: Path) -> None:
     import matplotlib.pyplot as plt
     fig, axes = plt.subplots(1, len(traces), figsize=(5.5 * len(traces), 4), squeeze=False)
     for ax, trace in zip(axes[0], traces):
-        for p in POLICIES:
+        for p in simulated_policies():
             pts = sorted((v, stat([m["stall_ms_per_token"] for m in seeds.values()]).mean)
                          for (t, v, q), seeds in data.items() if t == trace and q == p and seeds)
             if pts:

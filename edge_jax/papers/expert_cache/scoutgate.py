@@ -31,7 +31,7 @@ import optax
 from flax import traverse_util
 
 from edge_jax.utils.atomic import atomic_open
-from edge_jax.papers.npumoe.traces import RECORD_HINT, RoutingTrace
+from edge_jax.data.routing_trace import RECORD_HINT, RoutingTrace
 
 
 @dataclasses.dataclass(frozen=True)

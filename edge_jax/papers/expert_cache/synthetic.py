@@ -29,7 +29,7 @@ import operator
 
 import numpy as np
 
-from edge_jax.papers.npumoe.traces import RoutingTrace
+from edge_jax.data.routing_trace import RoutingTrace
 
 _CHUNK_ELEMS = 1 << 21   # router logits generated per chunk (tokens x layers x experts)
 _PREV_WEIGHT = 0.5       # weight of the previous token's embedding in the router input
@@ -106,7 +106,7 @@ def synthetic_routing(n_tokens: int = 65536, n_layers: int = 4, n_experts: int =
         trace sees about four popularity reshuffles). Each shift costs a small [L, E] table and a
         Python step, so keep ``n_tokens / phase_tokens`` well below ~1e5.
 
-    Returns a validated :class:`~edge_jax.papers.npumoe.traces.RoutingTrace` with ``embeddings = X`` and
+    Returns a validated :class:`~edge_jax.data.routing_trace.RoutingTrace` with ``embeddings = X`` and
     ``meta`` holding ``"source": "synthetic"``, every argument (``n_seqs`` resolved, so
     ``synthetic_routing(**params)`` reproduces it) and the counts ``n_bursts`` and
     ``n_phase_shifts``. Raises a one-line ValueError naming any out-of-range argument.

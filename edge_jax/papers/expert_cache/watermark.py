@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from edge_jax.papers.expert_cache.engine import Policy
+from edge_jax.papers.expert_cache.engine import CACHE_POLICIES, CachePolicy, Policy
 
 
 def ewma_update(p: np.ndarray, hits, alpha: float) -> None:
@@ -108,3 +108,18 @@ class Watermark(Policy):
         best = int(cand[np.argmax(b[cand])])
         below = np.flatnonzero(residents & (b < lam * (1 - self.h)))
         return move(best, below[np.argsort(b[below], kind="stable")])
+
+
+def _watermark(eta: float | None):
+    """The controller driven by EWMA alone (eta 0), ScoutGate alone (1), or fused (None: predictor.eta)."""
+    def make(c, scout):
+        p = c.predictor
+        e = p.eta if eta is None else eta
+        return Watermark(c.cache.policy, eta=e, gamma=p.gamma, alpha=p.alpha, p0=p.p0, step=p.watermark_step,
+                         hysteresis=p.hysteresis, scout=scout if e > 0 else None)
+    return make
+
+
+CACHE_POLICIES.register("ewma", CachePolicy(make=_watermark(0.0)))
+CACHE_POLICIES.register("scoutgate", CachePolicy(make=_watermark(1.0), scout=lambda c: True))
+CACHE_POLICIES.register("watermark", CachePolicy(make=_watermark(None), scout=lambda c: c.predictor.eta > 0))

@@ -160,3 +160,22 @@ def run(args, overrides) -> str:
     base, d_mem = bench_config(args)
     r = measure(base, d_mem, args.batch, args.prompt, args.new_tokens, args.repeats)
     return format_report(base, d_mem, r, args.batch, args.prompt, args.new_tokens, args.repeats)
+
+
+# --- `edge-jax bench meki-decode` (edge_jax.bench.command is the harness)
+from edge_jax.bench import Benchmark  # noqa: E402
+from edge_jax.registry import BENCHMARKS  # noqa: E402
+
+
+def add_arguments(group) -> None:
+    group.add_argument("--d-mem", type=int, default=None, help="MeKi memory width (default 64; with --preset, "
+                       "MeKi Table 5: 128 / 256 / 512 for 0.6B / 1.7B / 4B)")
+    group.add_argument("--prompt", type=int, default=64, help="prompt tokens (prefilled, not timed)")
+    group.add_argument("--new-tokens", type=int, default=128, help="decode steps per timed round")
+
+
+BENCHMARKS.register("meki-decode", Benchmark(
+    help="MeKi Table 1: decode speed of dense, folded MeKi and training-form MeKi. Also takes --preset, "
+         "--d-model, --layers, --heads, --kv-heads, --head-dim, --d-ff, --vocab, --batch, --dtype, --repeats; "
+         "default shape: d_model 512, 8 layers, 8/4 heads x 64, d_ff 1536, vocab 32000, d_mem 64",
+    run=run, add_arguments=add_arguments))

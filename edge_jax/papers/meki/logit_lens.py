@@ -12,7 +12,6 @@ import csv
 import io
 import math
 import os
-from pathlib import Path
 
 import flax.linen as nn
 import jax
@@ -20,6 +19,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from edge_jax.utils.atomic import save_figure_atomic, write_text_atomic
+from edge_jax.utils.workdirs import workdir_labels
 from edge_jax.layers.norms import rms_normalize
 
 
@@ -87,20 +87,6 @@ def logit_lens_workdir(workdir: str, num_tokens: int = 10_000) -> dict:
             "kl": (sums / max(count, 1.0)).tolist()}
 
 
-def default_labels(workdirs: list[str]) -> list[str]:
-    """Workdir base names; a repeated name gets its parent directory, then ``#k``, until unique."""
-    paths = [Path(os.path.abspath(w)) for w in workdirs]
-    names = [p.name or str(p) for p in paths]
-    labels = [f"{p.parent.name}/{n}" if names.count(n) > 1 else n for p, n in zip(paths, names)]
-    out, seen = [], {}
-    for lab in labels:
-        if labels.count(lab) > 1:
-            seen[lab] = seen.get(lab, 0) + 1
-            lab = f"{lab}#{seen[lab]}"
-        out.append(lab)
-    return out
-
-
 def _rows(labels: list[str], results: list[dict]) -> list[list]:
     n = max(len(r["kl"]) for r in results)
     rows = [[i] + [r["kl"][i] if i < len(r["kl"]) else None for r in results] for i in range(n)]
@@ -158,7 +144,7 @@ def run_logit_lens(workdirs: list[str], out: str, labels: list[str] | None = Non
         raise ValueError(f"logit-lens needs at least one workdir and num_tokens > 0, got {num_tokens}")
     if labels and len(labels) != len(workdirs):
         raise ValueError(f"{len(labels)} --label for {len(workdirs)} --workdir; give one label per workdir or none")
-    labels = list(labels) if labels else default_labels(workdirs)
+    labels = list(labels) if labels else workdir_labels(workdirs)
     if len(set(labels)) != len(labels):
         raise ValueError(f"labels must be distinct, got {labels}")
     results = [logit_lens_workdir(w, num_tokens) for w in workdirs]

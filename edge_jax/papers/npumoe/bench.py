@@ -32,9 +32,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from edge_jax.utils.atomic import write_json_atomic
-from edge_jax.utils.timing import time_interleaved
-from edge_jax.config import ConfigError
+from edge_jax.bench import Benchmark
+from edge_jax.errors import ConfigError
 from edge_jax.layers.moe import execute
 from edge_jax.layers.moe.plan import (
     base_capacity,
@@ -44,6 +43,9 @@ from edge_jax.layers.moe.plan import (
     uniform_plan,
 )
 from edge_jax.papers.npumoe.runtime import LayerRuntime
+from edge_jax.registry import BENCHMARKS
+from edge_jax.utils.atomic import write_json_atomic
+from edge_jax.utils.timing import time_interleaved
 
 DEFAULTS = dict(d_model=128, d_ff=128, chunk=512)  # the tiny NPUMoE model's layer (configs/npumoe.py)
 CALIBRATION_CHUNKS = 8
@@ -208,3 +210,16 @@ def run(args, overrides) -> str:
                                       "device": jax.devices()[0].device_kind, **r})
         report += f"\n  wrote {args.json}"
     return report
+
+
+def add_arguments(group) -> None:
+    group.add_argument("--chunks", type=int, default=4, help="prefill chunks per timed round")
+    group.add_argument("--zipf", type=float, default=1.0, help="router skew: expert popularity ~ 1 / rank^zipf")
+    group.add_argument("--group", type=int, default=4, help="experts per grouped call")
+
+
+BENCHMARKS.register("moe", Benchmark(
+    help="NPUMoE Fig. 17 ablation and Table 5 grouping on one synthetic MoE layer. Also takes --d-model "
+         "(default 128), --d-ff (expert width, default 128), --experts, --top-k, --chunk (default 512), "
+         "--repeats, --json",
+    run=run, add_arguments=add_arguments, defaults={"chunk": DEFAULTS["chunk"]}))

@@ -18,6 +18,7 @@ from pathlib import Path
 
 import numpy as np
 
+from edge_jax.errors import UserError
 from edge_jax.utils.atomic import write_json_atomic
 from edge_jax.layers.moe.plan import (
     LayerPlan,
@@ -30,7 +31,7 @@ VERSION = 1
 RECALIBRATE = "`edge-jax moe calibrate --workdir {}`"
 
 
-class CalibrationError(ValueError):
+class CalibrationError(UserError, ValueError):
     """A calibration input or file that cannot be used; the message names the fix."""
 
 

@@ -90,10 +90,10 @@ def routing_pass(model, params, batches, keep_inputs: bool = False) -> PassResul
 
 
 def record_trace(model, params, batches, layers, meta: dict):
-    """A :class:`~edge_jax.papers.npumoe.traces.RoutingTrace` of ``model`` (run dropless) over ``batches``: every
+    """A :class:`~edge_jax.data.routing_trace.RoutingTrace` of ``model`` (run dropless) over ``batches``: every
     real token of every window, its top-k experts and router probabilities at each MoE layer, and the
     model's token-embedding table."""
-    from edge_jax.papers.npumoe.traces import RoutingTrace
+    from edge_jax.data.routing_trace import RoutingTrace
     r = routing_pass(model, params, batches)
     tokens = np.concatenate([inputs[real] for inputs, real in r.tokens_seen]).astype(np.int32)
     lengths = np.array([row.sum() for _, real in r.tokens_seen for row in real], np.int64)

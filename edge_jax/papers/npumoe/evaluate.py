@@ -51,6 +51,7 @@ def calibrate(run, params, data: str = "", second: str = "", batches: int = 0, o
     """Loads [L, E] of the calibration text, the plans for ``run.config``, and with ``overlap`` the
     Overlap@K against held-out text and a second dataset. ``data`` defaults to the run's dataset,
     ``second`` to :func:`other_dataset`."""
+    from edge_jax.papers.npumoe.setup import moe_exec
     from edge_jax.train.setup import model_config
     cfg = run.config
     data = data or cfg.data.name
@@ -67,7 +68,7 @@ def calibrate(run, params, data: str = "", second: str = "", batches: int = 0, o
         ks = tuple(k for k in (4, 8) if k <= cfg.model.moe_experts)
         overlap = {**{f"heldout_{k}": v for k, v in overlap_summary(cal, held, ks).items()},
                    **{f"cross_{k}": v for k, v in overlap_summary(cal, cross, ks).items()}}
-    model = DecoderLM(model_config(cfg, cal))
+    model = DecoderLM(dataclasses.replace(model_config(cfg), moe_exec=moe_exec(cfg, cal)))
     return {"loads": cal, "plans": model.cfg.moe_exec.plans or None, "overlap": overlap or None, "model": model,
             "meta": {"data": data, "second": second, "batches": n, "tokens": int(cal.sum() // cfg.model.moe_top_k)}}
 

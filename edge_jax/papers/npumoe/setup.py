@@ -1,13 +1,15 @@
-"""The MoE execution a config asks for: :class:`~edge_jax.layers.moe.plan.MoEExec` with one plan per MoE layer."""
+"""The MoE execution a config asks for: :class:`~edge_jax.layers.moe.plan.MoEExec` with one plan per MoE layer,
+attached to every MoE model a run builds (a model hook, :data:`edge_jax.train.hooks.MODEL_HOOKS`)."""
 from __future__ import annotations
 
 import dataclasses
 
 import numpy as np
 
-from edge_jax.config import moe_needs_calibration
+from edge_jax.papers.npumoe.config import needs_calibration as moe_needs_calibration
 from edge_jax.papers.npumoe.calibrate import read_calibration
 from edge_jax.layers.moe.plan import MoEExec, busiest_capacity, tiered_plan, uniform_plan
+from edge_jax.train.hooks import MODEL_HOOKS
 
 
 def layer_plans(config, loads_LE) -> tuple:
@@ -35,3 +37,9 @@ def moe_exec(config, loads_LE=None) -> MoEExec:
         m = config.model
         loads_LE = read_calibration(x.plan, len(m.moe_layers or range(m.n_layers)), m.moe_experts).loads
     return dataclasses.replace(base, plans=layer_plans(config, None if loads_LE is None else np.asarray(loads_LE)))
+
+
+@MODEL_HOOKS.register("moe_exec")
+def attach_moe_exec(config, cfg):
+    """MoE models carry their execution (and capacity plans) in their config; dense ones are left as they are."""
+    return dataclasses.replace(cfg, moe_exec=moe_exec(config)) if cfg.moe_experts else cfg

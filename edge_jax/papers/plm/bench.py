@@ -14,8 +14,8 @@ timed interleaved (:func:`edge_jax.utils.timing.time_interleaved`) at several co
 Default shape: PLM-1.8B's attention (d_model 2048, 16 heads x (128 + 64 rope), d_c 512) with 2
 layers, d_ff 2048 and vocabulary 4096. Parameters are random (normal, std 0.02; norm scales 1).
 
-The caches are not prefilled: their arrays are filled with random normal values and ``cache_index``
-is set to the context length. A decode step's cost does not depend on the cached values (every step
+The caches are not prefilled: their arrays are filled with random normal values and their first
+``context`` slots marked filled. A decode step's cost does not depend on the cached values (every step
 attends over the whole buffer under a mask, the same arithmetic for any values), so this times the
 same work as after an 8K-token prefill without paying for it. Each round continues the previous one
 (no copies): the cache has ``context + steps x (repeats + 1)`` slots, so every step attends over
@@ -90,9 +90,11 @@ def _random_like(shapes, seed: int, std: float = 1.0, special=None):
 
 
 def filled_cache(model, batch: int, context: int, slots: int, seed: int = 0):
-    """A ``slots``-long cache whose arrays hold random normal values, ``cache_index`` = ``context``."""
+    """A ``slots``-long cache whose per-token arrays hold random normal values, its first ``context``
+    slots marked filled."""
     shapes = jax.eval_shape(lambda: init_cache(model, batch, slots))
-    return _random_like(shapes, seed, special=lambda keys, s: context if keys[-1] == "cache_index" else None)
+    return _random_like(shapes, seed, special=lambda keys, s: np.broadcast_to(np.arange(slots) < context, s.shape)
+                        if keys[-1] == "valid" else None)
 
 
 def _init(model, seed: int):
@@ -172,3 +174,22 @@ def run(args, overrides) -> str:
     r = measure(mla, gqa, contexts, steps, args.repeats, args.batch)
     return format_report(mla, gqa, r, steps, args.repeats, args.batch)
 
+
+# --- `edge-jax bench mla-decode` (edge_jax.bench.command is the harness)
+from edge_jax.bench import Benchmark  # noqa: E402
+from edge_jax.registry import BENCHMARKS  # noqa: E402
+
+
+def add_arguments(group) -> None:
+    group.add_argument("--d-rope", type=int, default=None, help="MLA RoPE key width (default 64)")
+    group.add_argument("--kv-lora-rank", type=int, default=None, help="MLA latent width d_c (default 512)")
+    group.add_argument("--contexts", default=",".join(map(str, DEFAULT_CONTEXTS)),
+                       help="comma-separated cache fill levels")
+    group.add_argument("--decode-steps", type=int, default=DEFAULT_STEPS, help="decode steps per timed round")
+
+
+BENCHMARKS.register("mla-decode", Benchmark(
+    help="MLA (naive, absorbed) vs its MHA twin. Also takes --d-model, --layers, --heads, --kv-heads (the twin's; "
+         "default --heads), --head-dim, --d-ff, --vocab, --batch, --dtype, --repeats; default shape: d_model 2048, "
+         "2 layers, 16 heads x 128, d_ff 2048, vocab 4096",
+    run=run, add_arguments=add_arguments))

@@ -24,7 +24,8 @@ def base(preset: str) -> str:
 
 def variant(preset: str, attention: str = "mla", ffn: str = "relu2") -> dict:
     """A grid cell's overrides: PLM with another attention or FFN at matched parameters."""
-    from edge_jax.models.presets import plm_variant, sized_config
+    from edge_jax.models.presets import sized_config
+    from edge_jax.papers.plm.variants import plm_variant
     model = sized_config(f"plm_{SIZE[preset]}").model
     return {f"model.{k}": v for k, v in plm_variant(model, attention, ffn).items()}
 

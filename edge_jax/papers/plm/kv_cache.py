@@ -3,8 +3,9 @@
 Per token and sequence, all layers: GQA (6) ``n_layers x 2 x n_kv_heads x head_dim x bits/8``,
 MLA (7) ``n_layers x (d_rope + d_c) x bits/8``. PLM-1.8B caches 576 (512 + 64) values per token per
 layer against 4096 (2 x 16 x 128) for its MHA twin: 0.1406. :func:`cache_bytes` measures the same
-from the cache :func:`edge_jax.infer.decode.init_cache` builds (real arrays, or ``jax.eval_shape``
-shapes when large), so the formula is checked against what the decoder stores.
+from the per-token arrays of the cache :func:`edge_jax.infer.decode.init_cache` builds (real arrays,
+or ``jax.eval_shape`` shapes when large; the per-slot positions and flags are bookkeeping, not
+counted), so the formula is checked against what the decoder stores.
 
     edge-jax analyze kv-cache --config configs/plm.py:size=1p8b [--tokens N] [--bits 8]
 
@@ -27,6 +28,7 @@ from edge_jax.utils.atomic import save_figure_atomic, write_text_atomic
 from edge_jax.utils.timing import time_interleaved
 from edge_jax.config import ConfigError
 from edge_jax.infer.decode import decode_tokens, init_cache, prefill
+from edge_jax.infer.kv_state import value_arrays
 from edge_jax.models.decoder import DecoderLM, ModelConfig
 
 AUTO_LIMIT = 256 * 2**20  # cache_bytes allocates real arrays below this many bytes
@@ -53,13 +55,8 @@ def formula_bytes(cfg: ModelConfig, bits: int) -> dict:
 
 
 def _cached_leaves(cache):
-    """``[(layer, name, array)]`` of the per-token cache arrays (``cache_index`` left out)."""
-    out = []
-    for path, leaf in jax.tree_util.tree_flatten_with_path(cache)[0]:
-        keys = [getattr(p, "key", str(p)) for p in path]
-        if keys[-1] != "cache_index":
-            out.append((keys[0], keys[-1], leaf))
-    return out
+    """``[(layer, name, array)]`` of the per-token cache arrays (``pos`` / ``valid`` left out)."""
+    return [(f"layers_{i}", name, a) for i, layer in enumerate(cache) for name, a in value_arrays(layer).items()]
 
 
 def cache_bytes(model, batch: int, max_len: int, materialize: bool | None = None) -> dict:
@@ -90,7 +87,7 @@ def cache_bytes(model, batch: int, max_len: int, materialize: bool | None = None
 def gqa_twin(cfg: ModelConfig) -> ModelConfig:
     """The MHA twin of an MLA config (one KV head of ``head_dim`` per query head, as in
     ``configs/plm.py:attention=mha``); d_ff is kept, which does not change the cache."""
-    from edge_jax.models.presets import plm_variant
+    from edge_jax.papers.plm.variants import plm_variant
     if cfg.attention != "mla":
         raise ValueError(f"gqa_twin needs an MLA config, got attention={cfg.attention!r}")
     changes = plm_variant(dataclasses.asdict(cfg), "mha", cfg.ffn, match_params=False)
@@ -221,7 +218,7 @@ def _markdown(rows, notes, contexts, steps, rounds) -> str:
     dev = jax.devices()[0]
     lines = ["# KV cache and decode speed: MLA vs GQA / MHA", "",
              f"Per cell: one trained seed (seed 0 when present), its latest checkpoint. Cache bytes are summed "
-             f"from the arrays `init_cache` allocates (`cache_index` excluded), per token of one sequence, all "
+             f"from the per-token arrays `init_cache` allocates (slot positions and flags excluded), per token of one sequence, all "
              f"layers. Decode: batch 1, a random prompt of context - {steps} tokens prefilled into a cache of "
              f"context + {steps} slots, then {steps} greedy steps timed (`decode_tokens`, each token brought to "
              f"the host); median of {rounds} rounds interleaved between rows; {dev.platform} ({dev.device_kind}). "

@@ -23,7 +23,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from edge_jax.layers.ffn import GATED
+from edge_jax.layers.ffn import FFN_KINDS
 from edge_jax.models.inputs import model_kwargs
 from edge_jax.train.step import token_losses
 
@@ -94,7 +94,7 @@ def parameter_usage(cfg, rate: float) -> dict:
     """Table 14: total, masked and executed parameters at activation sparsity ``rate``."""
     from edge_jax.models.count import param_breakdown
     total = param_breakdown(cfg)["total"]
-    consumers = 2 if cfg.ffn in GATED else 1
+    consumers = 2 if FFN_KINDS.get(cfg.ffn).gated else 1
     masked = rate * consumers * cfg.n_layers * cfg.d_model * cfg.d_ff
     return {"total_params": total, "masked_params": masked, "executed_params": total - masked,
             "executed_fraction": (total - masked) / total}

@@ -18,6 +18,7 @@ import numpy as np
 
 from edge_jax.papers.plm.sparsity import parameter_usage, sparsity_sweep
 from edge_jax.utils.atomic import save_figure_atomic, write_text_atomic
+from edge_jax.utils.workdirs import workdir_labels
 
 # PLM Table 14 (raw size B, activation sparsity rate, masked B, executed B, executed fraction).
 PAPER_TABLE14 = {
@@ -112,8 +113,7 @@ def _plot(groups, path, limit: float) -> None:
 def run_sparsity(workdirs: list[str], out: str, labels: list[str] | None = None, num_batches: int = 4,
                  ratios=None, max_ppl_increase: float = 1.0) -> dict:
     """``edge-jax analyze sparsity``: sweep every workdir and write the report."""
-    from edge_jax.papers.meki.logit_lens import default_labels
-    labels = list(labels) if labels else default_labels(workdirs)
+    labels = list(labels) if labels else workdir_labels(workdirs)
     if len(labels) != len(workdirs) or len(set(labels)) != len(labels):
         raise ValueError(f"need one distinct --label per --workdir, got {labels}")
     results = [sweep_workdir(w, num_batches, ratios, max_ppl_increase) for w in workdirs]

@@ -1,4 +1,4 @@
-"""EdgeInfinite: memory functions against loops, exactness on short inputs, Algorithm 1's prefill
+"""EdgeInfinite: memory functions against their loop references, exactness on short inputs, Algorithm 1's prefill
 against the parallel segmented forward, decode against prefill, gate-only training."""
 import dataclasses
 
@@ -12,7 +12,9 @@ from edge_jax.papers.edgeinfinite.inference import EdgeInfiniteSession
 from edge_jax.layers.infini import (
     feature_map,
     memory_readout,
+    memory_readout_reference,
     memory_update,
+    memory_update_reference,
     segment_layout,
 )
 from edge_jax.models import DecoderLM, ModelConfig
@@ -33,37 +35,22 @@ def _tokens(T, B=2, seed=1):
     return np.asarray(jax.random.randint(jax.random.key(seed), (B, T), 0, 64))
 
 
-def _elu1(x):
-    return np.where(x > 0, x + 1.0, np.exp(x))
-
-
 @pytest.mark.parametrize("rule", ["linear", "delta"])
 def test_memory_update_and_readout_match_loops(rule):
     rng = np.random.default_rng(0)
     B, T, G, K, H = 2, 5, 2, 4, 4
-    k, v = rng.normal(size=(B, T, G, K)), rng.normal(size=(B, T, G, K))
-    M0, z0 = rng.normal(size=(B, G, K, K)) * 0.1, np.abs(rng.normal(size=(B, G, K))) + 1.0
-    M, z = memory_update(jnp.asarray(M0, jnp.float32), jnp.asarray(z0, jnp.float32), jnp.asarray(k), jnp.asarray(v),
-                         rule=rule)
-    want_M, want_z = M0.copy(), z0.copy()
-    for b in range(B):
-        for g in range(G):
-            sk = _elu1(k[b, :, g])                        # [T, K]
-            vv = v[b, :, g]
-            if rule == "delta":
-                vv = vv - (sk @ M0[b, g]) / (sk @ z0[b, g] + 1e-6)[:, None]
-            want_M[b, g] += sk.T @ vv
-            want_z[b, g] += sk.sum(0)
-    np.testing.assert_allclose(np.asarray(M), want_M, rtol=1e-5, atol=1e-5)
-    np.testing.assert_allclose(np.asarray(z), want_z, rtol=1e-5, atol=1e-5)
-    q = rng.normal(size=(B, T, H, K))
-    got = np.asarray(memory_readout(jnp.asarray(q), M, z))
-    for b in range(B):
-        for h in range(H):
-            g = h // (H // G)
-            sq = _elu1(q[b, :, h])
-            want = (sq @ want_M[b, g]) / (sq @ want_z[b, g] + 1e-6)[:, None]
-            np.testing.assert_allclose(got[b, :, h], want, rtol=1e-4, atol=1e-5)
+    k, v = jnp.asarray(rng.normal(size=(B, T, G, K))), jnp.asarray(rng.normal(size=(B, T, G, K)))
+    M0 = jnp.asarray(rng.normal(size=(B, G, K, K)) * 0.1, jnp.float32)
+    z0 = jnp.asarray(np.abs(rng.normal(size=(B, G, K))) + 1.0, jnp.float32)
+    valid = jnp.asarray(rng.random((B, T)) < 0.7)
+    for mask in (None, valid):  # every token, and some tokens padding
+        M, z = memory_update(M0, z0, k, v, mask, rule=rule)
+        want_M, want_z = memory_update_reference(M0, z0, k, v, mask, rule=rule)
+        np.testing.assert_allclose(np.asarray(M), np.asarray(want_M), rtol=1e-5, atol=1e-5)
+        np.testing.assert_allclose(np.asarray(z), np.asarray(want_z), rtol=1e-5, atol=1e-5)
+    q = jnp.asarray(rng.normal(size=(B, T, H, K)))
+    np.testing.assert_allclose(np.asarray(memory_readout(q, M, z)), np.asarray(memory_readout_reference(q, M, z)),
+                               rtol=1e-4, atol=1e-5)
     assert float(feature_map(jnp.asarray(-30.0))) > 0
 
 
@@ -129,14 +116,15 @@ def test_decode_matches_prefill(keep_sink, keep_window):
 def test_gate_only_optimizer_moves_only_the_gate():
     from edge_jax.config import base_config
     params = _params(INFINI)
-    labels = jax.tree_util.tree_leaves(param_labels(params, "memory_gate"))
-    assert labels.count("gate") == INFINI.n_layers and labels.count("train") == 4 * INFINI.n_layers
-    trained, total = trained_count(params, "memory_gate")
+    gate, g_lr = ".*memory_gate.*", ".*memory_gate/g=10.0"  # old trainable=memory_gate, gate_lr=10 x lr
+    labels = jax.tree_util.tree_leaves(param_labels(params, gate, (g_lr,)))
+    assert labels.count("lr0") == INFINI.n_layers and labels.count("train") == 4 * INFINI.n_layers
+    trained, total = trained_count(params, gate)
     gate_sizes = sum(int(np.prod(x.shape)) for layer in range(INFINI.n_layers)
                      for x in jax.tree_util.tree_leaves(params[f"layers_{layer}"]["attn"]["memory_gate"]))
     assert trained == gate_sizes and 0 < trained < total
     t = base_config().train
-    t.update(trainable="memory_gate", gate_lr=1e-1, lr=1e-2, warmup_steps=0, steps=10)
+    t.update(trainable=gate, lr_multipliers=(g_lr,), lr=1e-2, warmup_steps=0, steps=10)
     tx, _ = make_optimizer(t)
     grads = jax.tree_util.tree_map(jnp.ones_like, params)
     updates, _ = tx.update(grads, tx.init(params), params)
@@ -154,16 +142,21 @@ def test_merge_params_copies_the_base_and_names_mismatches():
     from edge_jax.config import ConfigError
     from edge_jax.train.init_from import merge_params
     target, base = _params(INFINI), _params(BASE, seed=5)
-    merged = merge_params(target, base, "BASE")
+    gate = ".*memory_gate.*"
+    with pytest.raises(ConfigError, match="lacks param layers_0/attn/memory_gate/.*train.trainable='.[*]'"):
+        merge_params(target, base, "BASE")  # new params only where the base is frozen around them
+    with pytest.raises(ConfigError, match="lacks param layers_0/attn/memory_gate/"):
+        merge_params(target, base, "BASE", trainable=".*memory_gate/g")  # the rest of the gate must train too
+    merged = merge_params(target, base, "BASE", trainable=gate)
     np.testing.assert_array_equal(np.asarray(merged["layers_0"]["attn"]["q_proj"]["kernel"]),
                                   np.asarray(base["layers_0"]["attn"]["q_proj"]["kernel"]))
     np.testing.assert_array_equal(np.asarray(merged["layers_0"]["attn"]["memory_gate"]["w1"]),
                                   np.asarray(target["layers_0"]["attn"]["memory_gate"]["w1"]))
     wider = _params(dataclasses.replace(BASE, d_ff=96))
     with pytest.raises(ConfigError, match="ffn/down/kernel has shape"):
-        merge_params(target, wider, "BASE")
+        merge_params(target, wider, "BASE", trainable=gate)
     with pytest.raises(ConfigError, match="lacks param"):
-        merge_params(_params(dataclasses.replace(INFINI, n_layers=3)), base, "BASE")
+        merge_params(_params(dataclasses.replace(INFINI, n_layers=3)), base, "BASE", trainable=gate)
     with pytest.raises(ConfigError, match="that this model lacks"):
         merge_params(_params(dataclasses.replace(BASE, n_layers=1)), base, "BASE")
 
@@ -207,7 +200,7 @@ def test_paper_size_gate_step_shards_and_traces_abstractly():
     model = DecoderLM(ModelConfig.from_config(cfg.model))
     tx, schedule = make_optimizer(cfg.train)
     abstract, _ = abstract_train_state(model, tx, make_mesh(cfg.mesh, jax.devices()[:8]))
-    trained, total = trained_count(abstract.params, "memory_gate")
+    trained, total = trained_count(abstract.params, cfg.train.trainable)
     assert 0.0010 < trained / total < 0.0020
     seq = 300 + 200 + 2048 + 100
     batch = {k: jax.ShapeDtypeStruct((8, seq), jnp.int32) for k in ("inputs", "targets")}
@@ -229,7 +222,8 @@ def test_gate_trains_on_a_frozen_base_end_to_end(tiny_config, tmp_path):
                   "longctx.answer_tokens": 2}
     gate = load_config("configs/lm.py:size=tiny", tiny_overrides(**{
         **sizes, **evaluation, "model.infini_hidden": 8, "data.seq_len": 40, "train.steps": 3,
-        "train.trainable": "memory_gate", "train.gate_lr": 0.05, "init_from": base_wd,
+        "train.trainable": ".*memory_gate.*", "train.lr_multipliers": (f".*memory_gate/g={0.05 / 3e-3}",),
+        "init_from": base_wd,
         "longctx.method": "edgeinfinite"}))
     result = train_and_evaluate(gate, gate_wd)
     assert 0 < result["trained_fraction"] < 0.1 and result["longctx/prompts"] == 1

@@ -17,7 +17,7 @@ from edge_jax.papers.expert_cache.watermark import Watermark
 from edge_jax.cli import main
 from edge_jax.config import ConfigError, load_config
 from edge_jax.grid.spec import load_grid
-from edge_jax.papers.npumoe.traces import write_trace
+from edge_jax.data.routing_trace import write_trace
 
 SMALL = {"synthetic.n_tokens": 1024, "synthetic.d_embed": 16, "synthetic.phase_tokens": 512,
          "scoutgate.steps": 20, "scoutgate.d_proj": 16, "scoutgate.batch": 64}

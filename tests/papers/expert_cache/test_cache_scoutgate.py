@@ -19,7 +19,7 @@ from edge_jax.papers.expert_cache.scoutgate import (
     train_scoutgate,
 )
 from edge_jax.papers.expert_cache.synthetic import synthetic_routing
-from edge_jax.papers.npumoe.traces import RoutingTrace
+from edge_jax.data.routing_trace import RoutingTrace
 
 SMALL = ScoutGateConfig(m=4, d_proj=32, d_layer=8, d_expert=16, d_rank=32, steps=60, batch=128,
                         eval_tokens=512)

@@ -6,7 +6,7 @@ import jax
 import numpy as np
 import pytest
 
-from edge_jax.papers.meki.logit_lens import default_labels, layer_kl
+from edge_jax.papers.meki.logit_lens import layer_kl
 from edge_jax.cli import main
 from edge_jax.models.decoder import DecoderLM, ModelConfig
 from edge_jax.models.inputs import example_inputs, host_inputs
@@ -74,11 +74,6 @@ def test_mask_weights_tokens():
     mask_BT[1, 2] = 1.0
     np.testing.assert_allclose(layer_kl(model, params, tokens_BT, extra, mask_BT),
                                naive_layer_kl(model, params, tokens_BT, extra, mask_BT), rtol=2e-4, atol=1e-5)
-
-
-def test_default_labels_are_unique():
-    assert default_labels(["a/run", "b/run", "c/x"]) == ["a/run", "b/run", "x"]
-    assert default_labels(["a/run", "a/run"]) == ["a/run#1", "a/run#2"]
 
 
 def test_cli_logit_lens_end_to_end(tiny_config, tmp_path, capsys):

@@ -9,7 +9,7 @@ from conftest import tiny_overrides
 
 from edge_jax.cli import main
 from edge_jax.config import load_config
-from edge_jax.papers.npumoe.traces import read_trace
+from edge_jax.data.routing_trace import read_trace
 from edge_jax.train.loop import train_and_evaluate
 
 MOE = {"model.moe_experts": 8, "model.moe_top_k": 2, "model.moe_d_ff": 32, "model.moe_aux_weight": 0.01,

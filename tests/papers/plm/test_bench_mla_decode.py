@@ -4,6 +4,7 @@ import jax.numpy as jnp
 from edge_jax.papers.plm.kv_cache import cache_bytes
 from edge_jax.papers.plm import bench as M
 from edge_jax.cli import main
+from edge_jax.infer.decode import cache_index
 from edge_jax.models.decoder import DecoderLM
 
 TINY = ["--d-model", "32", "--heads", "2", "--head-dim", "8", "--d-rope", "4", "--kv-lora-rank", "8",
@@ -31,9 +32,9 @@ def test_bench_prints_rows_and_ratios(capsys):
 def test_filled_cache_sets_index_and_sizes():
     mla, gqa, *_ = M.bench_configs(_args("--contexts", "16"))
     cache = M.filled_cache(DecoderLM(mla), 1, context=10, slots=14)
-    attn = cache["layers_1"]["attn"]
-    assert int(attn["cache_index"]) == 10 and attn["cached_latent"].shape == (1, 14, 8)
-    assert float(jnp.abs(attn["cached_latent"]).sum()) > 0
+    layer = cache[1]
+    assert int(cache_index(cache)) == 10 and layer["c_kv"].shape == (1, 14, 8)
+    assert float(jnp.abs(layer["c_kv"]).sum()) > 0
     assert cache_bytes(DecoderLM(mla), 1, 14)["bytes_per_token"] == 2 * 12 * 4
     assert cache_bytes(DecoderLM(gqa), 2, 5)["bytes_per_token"] == 2 * 32 * 4
 

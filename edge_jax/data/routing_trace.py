@@ -1,8 +1,8 @@
-"""Routing traces: which experts a MoE model picked for every token (NPUMoE expert-cache studies).
+"""Routing traces: which experts a MoE model picked for every token (for expert-cache studies).
 
 A trace records one model run over held-out text: for each token, at each MoE layer, its top-k
-experts (best first) and their router probabilities. The expert-cache simulator replays it, and its
-learned predictor (ScoutGate) also reads the token ids and the model's frozen token embeddings.
+experts (best first) and their router probabilities. An expert-cache simulator replays it; a learned
+expert predictor may also read the token ids and the model's frozen token embeddings.
 
 On-disk format, version 1: one ``.npz`` file (a zip of ``.npy`` arrays, as ``np.savez`` writes it,
 possibly deflate-compressed), all arrays little-endian and C-ordered; N tokens, S sequences, L MoE
@@ -52,6 +52,7 @@ from typing import Any
 
 import numpy as np
 
+from edge_jax.data.errors import DataError
 from edge_jax.utils.atomic import atomic_open
 
 FORMAT_VERSION = 1
@@ -61,7 +62,7 @@ _DTYPES = {"tokens": np.int32, "seq_starts": np.int64, "experts": np.int16,
            "probs": np.float32, "embeddings": np.float32}
 
 
-class TraceError(ValueError):
+class TraceError(DataError):
     """A routing trace that cannot be read or is inconsistent; the message says how to fix it."""
 
 

@@ -1,4 +1,4 @@
-"""edge_jax.papers.npumoe.traces: the routing-trace file round-trips, and every broken file gives a clear error."""
+"""edge_jax.data.routing_trace: the routing-trace file round-trips, and every broken file gives a clear error."""
 import dataclasses
 import itertools
 import json
@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from edge_jax.papers.expert_cache.synthetic import synthetic_routing
-from edge_jax.papers.npumoe.traces import (
+from edge_jax.data.routing_trace import (
     FORMAT_VERSION,
     RoutingTrace,
     TraceError,

@@ -11,11 +11,15 @@ from __future__ import annotations
 
 import json
 
-from edge_jax.config import ConfigError
+from edge_jax.errors import ConfigError
+from edge_jax.registry import COMMANDS
 
 
-def add_arguments(sub) -> None:
+@COMMANDS.register("cache")
+def add_parser(sub):
+    """``edge-jax cache``: its parser under ``sub`` (``--config.*`` overrides apply to ``cache run``)."""
     p = sub.add_parser("cache", help="two-tier MoE expert cache: simulate a policy, write synthetic traces")
+    p.set_defaults(takes_overrides=True)
     cmds = p.add_subparsers(dest="cache_command", required=True)
     r = cmds.add_parser("run", help="simulate one policy at one capacity on a routing trace")
     r.add_argument("--config", required=True, help="path/to/config.py[:arg], e.g. configs/cache.py:trace=real")
@@ -29,14 +33,16 @@ def add_arguments(sub) -> None:
     s.add_argument("--top-k", type=int, default=2)
     s.add_argument("--seed", type=int, default=0)
     s.set_defaults(fn=_synth)
+    return p
 
 
 def _run(args, overrides) -> int:
+    from edge_jax.config import load_config, task_of
+    from edge_jax.papers.expert_cache.config import TASK
     from edge_jax.papers.expert_cache.experiment import run_experiment
-    from edge_jax.config import is_cache_sim, load_config
     c = load_config(args.config, overrides)
-    if not is_cache_sim(c):
-        raise ConfigError(f"{args.config} is not an expert-cache config (task=cache_sim); use configs/cache.py")
+    if task_of(c) != TASK:
+        raise ConfigError(f"{args.config} is not an expert-cache config (task={TASK}); use configs/cache.py")
     metrics = run_experiment(c, args.workdir)
     print(json.dumps({k: (round(v, 6) if isinstance(v, float) else v) for k, v in metrics.items()}, indent=1))
     return 0
@@ -44,7 +50,7 @@ def _run(args, overrides) -> int:
 
 def _synth(args, overrides) -> int:
     from edge_jax.papers.expert_cache.synthetic import synthetic_routing
-    from edge_jax.papers.npumoe.traces import write_trace
+    from edge_jax.data.routing_trace import write_trace
     if overrides:
         raise ConfigError("--config.* overrides do not apply to `edge-jax cache synth`")
     try:

@@ -7,7 +7,7 @@
 workdir (or ``--out``): per MoE layer the expert loads, popularity ranking, imbalance ratio and the
 NPUMoE capacity plan the ``moe.*`` settings give (``--config.moe.*`` overrides apply), plus Overlap@K
 of the calibration loads against held-out routing and against a second dataset. ``trace`` runs the
-model dropless over held-out text and writes a routing trace (:mod:`edge_jax.papers.npumoe.traces`).
+model dropless over held-out text and writes a routing trace (:mod:`edge_jax.data.routing_trace`).
 """
 from __future__ import annotations
 
@@ -16,11 +16,16 @@ import os
 
 import ml_collections
 
-from edge_jax.config import ConfigError, apply_overrides, validate
+from edge_jax.config import apply_overrides, validate
+from edge_jax.errors import ConfigError
+from edge_jax.registry import COMMANDS
 
 
-def add_arguments(sub) -> None:
+@COMMANDS.register("moe")
+def add_parser(sub):
+    """``edge-jax moe``: its parser under ``sub`` (``--config.moe.*`` overrides apply)."""
     p = sub.add_parser("moe", help="NPUMoE calibration and routing traces of a trained MoE workdir")
+    p.set_defaults(takes_overrides=True)
     cmds = p.add_subparsers(dest="moe_command", required=True)
     c = cmds.add_parser("calibrate", help="expert loads, imbalance, capacity plan and Overlap@K")
     c.add_argument("--workdir", required=True, help="a trained MoE run")
@@ -37,6 +42,7 @@ def add_arguments(sub) -> None:
     t.add_argument("--batches", type=int, default=0, help="batches of data.batch_size windows (0: the whole split)")
     t.add_argument("--out", required=True, help="directory; the trace is written as <data>_<split>.npz")
     t.set_defaults(fn=_trace)
+    return p
 
 
 def _restore(workdir: str, overrides):
@@ -75,10 +81,10 @@ def _calibrate(args, overrides) -> int:
 
 
 def _trace(args, overrides) -> int:
-    from edge_jax.grid.runner import git_info
     from edge_jax.papers.npumoe.capture import record_trace
     from edge_jax.papers.npumoe.evaluate import eval_batches
-    from edge_jax.papers.npumoe.traces import write_trace
+    from edge_jax.data.routing_trace import write_trace
+    from edge_jax.utils.provenance import git_info
     run, params, step = _restore(args.workdir, overrides)
     data = args.data or run.config.data.name
     batches = eval_batches(run, data, args.split, args.batches)

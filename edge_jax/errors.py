@@ -1,0 +1,23 @@
+"""Errors a user can fix, each with a one-line message naming the problem and the fix."""
+from __future__ import annotations
+
+import difflib
+from typing import Iterable
+
+
+class UserError(Exception):
+    """Base of the errors whose message is a one-line fix for the user; the CLI prints it as
+    ``edge-jax: error: ...`` with exit status 2 instead of a traceback."""
+
+
+class ConfigError(UserError, ValueError):
+    """A bad config: unknown key or value, or an impossible combination."""
+
+
+def unknown(kind: str, key: str, valid: Iterable[str]) -> str:
+    """``unknown <kind> 'key'; did you mean ...?`` (or the valid names when none is close)."""
+    valid = sorted(valid)
+    near = difflib.get_close_matches(key, valid, n=3, cutoff=0.5)
+    hint = f"did you mean {', '.join(repr(n) for n in near)}?" if near else (
+        f"valid: {', '.join(valid[:12])}{' ...' if len(valid) > 12 else ''}")
+    return f"unknown {kind} {key!r}; {hint}"

@@ -1,0 +1,197 @@
+"""Attention of a chunk over an explicit per-layer KV cache: the one attend-over-cache path.
+
+Every attention kind caches per token what its keys and values are made from, in fixed-capacity
+buffers with a validity flag per slot (the layouts: :mod:`edge_jax.infer.kv_state`): GQA keys and
+values [B, P, G, K]; MLA's latent ``c_kv`` [B, P, d_c] and shared RoPE key ``k_rope`` [B, P, d_rope],
+one group. :func:`join_cache` puts a chunk of T tokens at ``positions_BT`` beside the cache and
+builds the mask [B, G, T, S]: every valid slot, and the chunk causally. The attention kind then runs
+its own softmax core over the joined arrays. Where the chunk goes depends on the cache:
+
+* a cache with ``pos`` [B, G, P] (a position per slot and KV group) holds keys before RoPE, read at
+  ``pos``, so a policy may re-assign positions (StreamingLLM, EdgeInfinite) or keep other tokens for
+  each KV head (SnapKV). The chunk is appended after its P slots (S = P + T); the caller writes the
+  chunk's arrays where its policy wants them.
+* a plain cache (no ``pos``) holds the token at position p in slot p, keys after RoPE: the chunk is
+  written in place at its positions (S = P) and the joined arrays are the updated cache. Decoding
+  thus pays neither RoPE over the cache nor a copy of it.
+
+:func:`context_attention` is GQA's use of it, with EdgeInfinite's memory as an option;
+:class:`edge_jax.layers.mla.MLAttention` uses it for the latent cache. :func:`cache_votes` turns the
+attention probabilities into SnapKV's votes. ``*_reference`` functions are loop versions.
+"""
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from edge_jax.layers.dot_attention import dot_product_attention, dot_product_attention_reference
+from edge_jax.layers.infini import memory_readout, memory_readout_reference, memory_update, memory_update_reference
+from edge_jax.layers.rope import apply_rope, rope_inv_freq
+
+
+def rope_per_group(x_BPGK, positions_BGP, theta: float):
+    """RoPE on cached keys whose slots have their own position in every group."""
+    rotate = jax.vmap(lambda x_BPK, p_BP: apply_rope(x_BPK[:, :, None], p_BP, theta)[:, :, 0],
+                      in_axes=(2, 1), out_axes=2)
+    return rotate(x_BPGK, positions_BGP)
+
+
+def cache_mask(valid_BGP, T: int):
+    """[B, G, T, P + T]: every valid cache slot, then the chunk causally."""
+    B, G, P = valid_BGP.shape
+    prefix = jnp.broadcast_to(valid_BGP[:, :, None, :], (B, G, T, P))
+    own = jnp.broadcast_to(jnp.tril(jnp.ones((T, T), bool)), (B, G, T, T))
+    return jnp.concatenate([prefix, own], axis=-1)
+
+
+def _rope(x, positions, theta: float, per_group: bool = False):
+    """RoPE on [B, P, G, K] or (no group axis, MLA) [B, P, K] at [B, P] or (``per_group``) [B, G, P]."""
+    if x.ndim == 3:
+        return _rope(x[:, :, None], positions, theta, per_group)[:, :, 0]
+    return rope_per_group(x, positions, theta) if per_group else apply_rope(x, positions, theta)
+
+
+def join_cache(ctx: dict, new: dict, positions_BT, theta: float, rotate: str):
+    """``(joined, mask_BGTS, stored)`` for a chunk whose per-token arrays ``new`` ([B, T, ...], before
+    RoPE) go beside the cache arrays of the same names in ``ctx``; the one named ``rotate`` goes
+    through RoPE (the chunk at ``positions_BT``; a cache with ``pos`` at its slots' positions).
+    ``joined``: the arrays attention reads, in ``new``'s dtype (plain cache: the cache's); ``stored``:
+    what the cache keeps of this chunk, under the same names: the chunk's arrays before RoPE (cache
+    with ``pos``: the caller writes them) or the whole updated buffers (plain cache)."""
+    T = positions_BT.shape[1]
+    if "pos" in ctx:  # append after the cache's slots
+        joined = {}
+        for name, x in new.items():
+            cached = ctx[name]
+            if name == rotate:
+                x = _rope(x, positions_BT, theta)
+                cached = _rope(cached, ctx["pos"], theta, per_group=True)
+            joined[name] = jnp.concatenate([cached.astype(x.dtype), x], axis=1)
+        return joined, cache_mask(ctx["valid"], T), new
+    start = positions_BT[0, 0]  # plain cache: slot = position, every row alike
+    joined = {}
+    for name, x in new.items():
+        buf = ctx[name]
+        x = _rope(x, positions_BT, theta) if name == rotate else x
+        joined[name] = jax.lax.dynamic_update_slice(buf, x.astype(buf.dtype), (0, start) + (0,) * (buf.ndim - 2))
+    slot_S = jnp.arange(ctx["valid"].shape[-1])
+    mask = ((ctx["valid"][:, :, None, :] & (slot_S < start))
+            | ((slot_S >= start) & (slot_S <= positions_BT[:, None, :, None])))
+    return joined, mask, joined
+
+
+def _rotate_reference(vec_K, position, theta: float):
+    """RoPE of one vector at one position (rotate-half), in float32 numpy."""
+    half = vec_K.shape[-1] // 2
+    angles = position * np.asarray(rope_inv_freq(vec_K.shape[-1], theta))
+    x1, x2 = vec_K[:half].astype(np.float32), vec_K[half:].astype(np.float32)
+    return np.concatenate([x1 * np.cos(angles) - x2 * np.sin(angles), x2 * np.cos(angles) + x1 * np.sin(angles)])
+
+
+def join_cache_reference(ctx: dict, new: dict, positions_BT, theta: float, rotate: str):
+    """:func:`join_cache` slot by slot: every key rotated alone at its position, each chunk token
+    placed and the mask written out entry by entry."""
+    positions = np.asarray(positions_BT)
+    valid = np.asarray(ctx["valid"])
+    B, T = positions.shape
+    G, P = valid.shape[1:]
+    appended = "pos" in ctx
+    S = P + T if appended else P
+    slot_BT = np.broadcast_to(P + np.arange(T), (B, T)) if appended else positions
+    joined = {}
+    for name, x in new.items():
+        dtype = x.dtype if appended else ctx[name].dtype
+        cached = np.asarray(jnp.asarray(ctx[name], dtype).astype(jnp.float32))
+        x = np.asarray(jnp.asarray(x, jnp.float32))
+        out = np.zeros((B, S) + cached.shape[2:], np.float32)
+        for b in range(B):
+            for p in range(P):
+                out[b, p] = cached[b, p]
+                if name == rotate and appended:
+                    for g in range(G):
+                        at = (b, p, g) if cached.ndim == 4 else (b, p)
+                        out[at] = _rotate_reference(cached[at], ctx["pos"][b, g, p], theta)
+            for t in range(T):
+                out[b, slot_BT[b, t]] = x[b, t]
+                if name == rotate:
+                    for g in range(x.shape[2] if x.ndim == 4 else 1):
+                        at = (b, slot_BT[b, t], g) if x.ndim == 4 else (b, slot_BT[b, t])
+                        out[at] = _rotate_reference(x[(b, t, g) if x.ndim == 4 else (b, t)], positions[b, t], theta)
+        # rounded to the dtype as the fast path does (RoPE computes in float32)
+        joined[name] = jnp.asarray(out, dtype)
+    mask = np.zeros((B, G, T, S), bool)
+    for b in range(B):
+        for g in range(G):
+            for t in range(T):
+                for s in range(S):
+                    in_chunk = s in slot_BT[b] and list(slot_BT[b]).index(s) <= t
+                    before = s < P and valid[b, g, s] and (appended or s < slot_BT[b, 0])
+                    mask[b, g, t, s] = in_chunk or before
+    return joined, jnp.asarray(mask), new if appended else joined
+
+
+def cache_votes(probs_BGRTS, groups: int, window: int, end):
+    """SnapKV's votes [B, groups, S]: the attention of the ``window`` queries before ``end``, summed
+    over them and over the query heads of each cache group (``probs`` has G attention groups of R
+    query heads each; G is a multiple of ``groups``: MLA attends with one group per head, caches one)."""
+    B, G, _, T, S = probs_BGRTS.shape
+    rows_T = ((jnp.arange(T) >= end - window) & (jnp.arange(T) < end)).astype(probs_BGRTS.dtype)
+    votes = jnp.einsum("bgrts,t->bgs", probs_BGRTS, rows_T)
+    return votes if groups == G else votes.reshape(B, groups, G // groups, S).sum(axis=2)
+
+
+def context_attention(q_BTHK, k_BTGK, v_BTGK, positions_BT, ctx: dict, theta: float, spec, gate):
+    """GQA over a cache: ``(attention [B, T, H, K], extras)`` for a chunk at ``positions_BT``.
+
+    ``ctx``: the layer's cache (``k`` / ``v`` [B, P, G, K], ``valid``, optional ``pos``; see
+    :func:`join_cache`); optional ``M`` [B, G, K, K], ``z`` [B, G, K] and ``has_memory`` (bool) for
+    EdgeInfinite (``spec``: its :class:`edge_jax.layers.infini_attention.InfiniSpec`, ``gate`` its
+    memory gate); ``votes`` (static int w > 0) adds the attention of the w queries before
+    ``votes_end`` (default T) to every key, summed over them and over each group's query heads
+    ([B, G, S], SnapKV's votes); ``compress`` (static bool) folds this chunk's keys (after RoPE) into
+    the memory, with ``compress_valid`` [B, T]. ``extras`` always has ``k`` and ``v``, what the
+    cache keeps (:func:`join_cache`'s ``stored``); ``votes``, ``M`` / ``z`` on request.
+    """
+    T = q_BTHK.shape[1]
+    q = apply_rope(q_BTHK, positions_BT, theta)
+    joined, mask, stored = join_cache(ctx, {"k": k_BTGK, "v": v_BTGK}, positions_BT, theta, rotate="k")
+    window = int(ctx.get("votes", 0))
+    extras = dict(stored)
+    if window:
+        out, probs = dot_product_attention(q, joined["k"], joined["v"], mask, return_probs=True)
+        extras["votes"] = cache_votes(probs, joined["k"].shape[2], window, ctx.get("votes_end", T))
+    else:
+        out = dot_product_attention(q, joined["k"], joined["v"], mask)
+    if "M" in ctx:
+        if gate is None:
+            raise ValueError("a memory was passed to an attention layer without a memory gate (model.infini_hidden=0)")
+        out = gate(memory_readout(q, ctx["M"], ctx["z"], spec.eps), out, ctx["has_memory"])
+        if ctx.get("compress"):
+            extras["M"], extras["z"] = memory_update(ctx["M"], ctx["z"], apply_rope(k_BTGK, positions_BT, theta),
+                                                     v_BTGK, ctx.get("compress_valid"), rule=spec.update, eps=spec.eps)
+    return out, extras
+
+
+def context_attention_reference(q_BTHK, k_BTGK, v_BTGK, positions_BT, ctx: dict, theta: float, spec, gate):
+    """:func:`context_attention` from the loop versions of its parts (cache join, softmax, votes,
+    memory)."""
+    T = q_BTHK.shape[1]
+    q = apply_rope(q_BTHK, positions_BT, theta)
+    joined, mask, stored = join_cache_reference(ctx, {"k": k_BTGK, "v": v_BTGK}, positions_BT, theta, rotate="k")
+    out, probs = dot_product_attention_reference(q, joined["k"], joined["v"], mask, return_probs=True)
+    extras = dict(stored)
+    window = int(ctx.get("votes", 0))
+    if window:
+        probs, end = np.asarray(probs), int(ctx.get("votes_end", T))
+        votes = np.zeros(probs.shape[:2] + probs.shape[-1:], np.float32)
+        for t in range(max(end - window, 0), end):
+            votes += probs[:, :, :, t].sum(axis=2)
+        extras["votes"] = jnp.asarray(votes)
+    if "M" in ctx:
+        out = gate(memory_readout_reference(q, ctx["M"], ctx["z"], spec.eps), out, ctx["has_memory"])
+        if ctx.get("compress"):
+            extras["M"], extras["z"] = memory_update_reference(ctx["M"], ctx["z"], apply_rope(k_BTGK, positions_BT, theta),
+                                                               v_BTGK, ctx.get("compress_valid"), rule=spec.update,
+                                                               eps=spec.eps)
+    return out, extras

@@ -1,0 +1,30 @@
+"""Registries of how a MoE layer executes (``moe.strategy``) and which overflow it drops first
+(``moe.drop``); the variants register in :mod:`edge_jax.layers.moe.execute`.
+
+- ``dropless``: every token copy through its experts, one dense pass per expert (exact).
+- ``ragged``: the copies sorted by expert and run as a ragged batch (exact).
+- ``uniform`` / ``npumoe``: static per-expert capacities from a per-layer
+  :class:`~edge_jax.layers.moe.plan.LayerPlan` (one capacity for all, or NPUMoE's calibrated
+  tiers, groups and residency); overflow is dropped by the ``moe.drop`` policy.
+
+A new strategy is one :class:`Strategy` and one registration.
+"""
+from __future__ import annotations
+
+import dataclasses
+from typing import Callable
+
+from edge_jax.registry import Registry
+
+
+@dataclasses.dataclass(frozen=True)
+class Strategy:
+    """``capacity_bound``: runs under the layer's static plan (``execute.capacity_moe``);
+    otherwise ``run(x_ND, ids_NK, w_NK, experts) -> y_ND`` runs it."""
+    capacity_bound: bool
+    run: Callable | None = None
+
+
+MOE_STRATEGIES: Registry[Strategy] = Registry("MoE strategy", key="moe.strategy")
+# Overflow score per token of a prefill chunk (higher is kept): fn(saliency_N, chunk) -> score_N.
+DROP_POLICIES: Registry[Callable] = Registry("MoE drop policy", key="moe.drop")

@@ -1,0 +1,79 @@
+"""EdgeInfinite's ``longctx.*`` keys: after training, exact match on the built-in long-context tasks
+with one inference method (``longctx.method``, :data:`edge_jax.infer.kv_methods.KV_METHODS`; ""
+is off). The memory's own keys (``model.infini_*``) sit beside the attention kinds
+(:mod:`edge_jax.layers.attention_kinds`).
+"""
+from __future__ import annotations
+
+import dataclasses
+
+from edge_jax.errors import ConfigError
+from edge_jax.infer.kv_methods import KV_METHODS
+from edge_jax.registry import SECTIONS, Section
+
+
+@dataclasses.dataclass(frozen=True)
+class LongctxKeys:
+    method: str = ""  # "" (off) or a KV_METHODS name
+    lengths: tuple = (1024, 2048, 4096, 8192, 16384)
+    examples: int = 4
+    tasks: tuple = ()  # (): all five categories
+    budget: int = 0  # KV slots per layer for the baselines (0: sink + window + segment, EdgeInfinite's most)
+    obs_window: int = 8  # SnapKV / PyramidKV observation window
+    pool_kernel: int = 7
+    pyramid_beta: float = 20.0
+    prefill_chunk: int = 1024
+    max_input: int = 65536
+    answer_tokens: int = 8
+
+
+def longctx_budget(c) -> int:
+    """KV slots per layer for the long-context baselines (longctx.budget, or EdgeInfinite's most)."""
+    m = c.model
+    return c.longctx.budget or m.infini_sink + m.infini_window + m.infini_segment
+
+
+def _validate(c) -> None:
+    m, t, lc = c.model, c.train, c.longctx
+    if "memory_gate" in t.trainable and not (m.infini_hidden and c.init_from):
+        raise ConfigError(f"train.trainable={t.trainable!r} trains EdgeInfinite's gate on a frozen base: set "
+                          "model.infini_hidden > 0 and init_from=<base workdir>")
+    if not lc.method:
+        return
+    KV_METHODS.check(lc.method)
+    if lc.method == "edgeinfinite" and not m.infini_hidden:
+        raise ConfigError("longctx.method=edgeinfinite needs the memory gate: set model.infini_hidden > 0")
+    if m.infini_segment <= 0:
+        raise ConfigError("longctx.method needs the cache sizes: set model.infini_sink, infini_window and "
+                          "infini_segment (StreamingLLM keeps infini_sink sink tokens)")
+    budget = longctx_budget(c)
+    if m.infini_sink + m.infini_window >= budget:
+        raise ConfigError(f"model.infini_sink + infini_window = {m.infini_sink + m.infini_window} leave nothing "
+                          f"of the cache budget longctx.budget={budget}; raise the budget or shrink them")
+    if lc.method in ("snapkv", "pyramidkv") and not 0 < lc.obs_window < budget:
+        raise ConfigError(f"longctx.obs_window={lc.obs_window} must lie in [1, budget {budget}); e.g. 8")
+    if lc.pool_kernel <= 0 or lc.pool_kernel % 2 == 0:
+        raise ConfigError(f"longctx.pool_kernel={lc.pool_kernel} must be a positive odd number, e.g. 7")
+    if not lc.lengths or min(lc.lengths) < 256 or max(lc.lengths) > lc.max_input:
+        raise ConfigError(f"longctx.lengths={tuple(lc.lengths)} must be non-empty, each in [256, "
+                          f"longctx.max_input={lc.max_input}]; raise max_input or drop the longer lengths")
+    if lc.examples <= 0 or lc.answer_tokens <= 0 or lc.prefill_chunk <= 0:
+        raise ConfigError("longctx.examples, longctx.answer_tokens and longctx.prefill_chunk must be positive")
+
+
+GATE = ".*memory_gate.*"  # the memory-gating modules' param paths
+
+
+def _upgrade(flat: dict) -> None:
+    """Workdirs before trainable patterns: ``train.trainable=memory_gate`` and ``train.gate_lr``
+    (the gate logits' own learning rate) become a pattern and a multiplier of ``train.lr``."""
+    if flat.get("train.trainable") == "memory_gate":
+        flat["train.trainable"] = GATE
+    gate_lr = flat.pop("train.gate_lr", 0.0)
+    if gate_lr:
+        flat["train.lr_multipliers"] = [f".*memory_gate/g={gate_lr / flat['train.lr']!r}"]
+
+
+SECTIONS.register("longctx", Section("longctx", LongctxKeys, _validate, upgrade=_upgrade,
+                                     resumable=("longctx.method", "longctx.lengths", "longctx.examples",
+                                                "longctx.tasks")))

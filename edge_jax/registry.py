@@ -1,0 +1,163 @@
+"""Registries: one per variant axis, each mapping a name to what implements it.
+
+A variant registers itself where it is defined, in one line::
+
+    @FUSIONS.register("add_sigmoid")
+    def add_sigmoid(e, gate): return e + nn.sigmoid(gate)
+
+and everything that needs the list of names (validation messages, factories, CLI choices,
+ablation cells) reads the registry, so adding a variant touches one place. Registries of the
+generic core are defined here; a registry for a narrower axis lives beside the code it selects
+(e.g. ``edge_jax.layers.ffn.FFN_KINDS``, ``edge_jax.infer.kv_methods.KV_METHODS``).
+
+Layers register their variants when :mod:`edge_jax.models` imports them, paper packages when
+:mod:`edge_jax.papers` is imported. Reading a registry imports both first (:func:`load_plugins`),
+so a sixth paper is one folder under ``edge_jax/papers/`` plus one line in
+``edge_jax/papers/__init__.py``; the generic code never imports a paper.
+"""
+from __future__ import annotations
+
+import dataclasses
+import importlib
+import threading
+from typing import Any, Callable, Generic, Iterator, TypeVar
+
+from edge_jax.errors import ConfigError, unknown
+
+T = TypeVar("T")
+# The packages whose import registers every variant: the model's features, then the papers'.
+PLUGINS = ("edge_jax.models", "edge_jax.papers")
+_loaded = False
+_loading = threading.local()
+
+
+def load_plugins() -> None:
+    """Import :data:`PLUGINS` once (re-entrant: a registry read during that import sees what has
+    registered so far)."""
+    global _loaded
+    if _loaded or getattr(_loading, "active", False):
+        return
+    _loading.active = True
+    try:
+        for name in PLUGINS:
+            importlib.import_module(name)
+        _loaded = True
+    finally:
+        _loading.active = False
+
+
+class Registry(Generic[T]):
+    """Names -> objects for one variant axis, in registration order.
+
+    ``axis`` names the axis in messages; ``key`` is the config key that picks a name (if any), so
+    an unknown name reads ``unknown model.ffn value 'relu3'; did you mean 'relu2'?``."""
+
+    def __init__(self, axis: str, key: str | None = None):
+        self.axis, self.key = axis, key
+        self._items: dict[str, T] = {}
+
+    def register(self, name: str, obj: Any = dataclasses.MISSING):
+        """``REG.register("name", obj)``, or ``@REG.register("name")`` as a decorator. A name
+        registered twice is an error (a silent replacement would hide a clash)."""
+        if obj is dataclasses.MISSING:
+            def decorate(o):
+                self.register(name, o)
+                return o
+            return decorate
+        if name in self._items:
+            raise ValueError(f"{self.axis} {name!r} is registered twice; pick another name")
+        self._items[name] = obj
+        return obj
+
+    def get(self, name: str) -> T:
+        """The object registered as ``name``; a one-line :class:`ConfigError` naming the close
+        names otherwise."""
+        if name not in self._items:
+            load_plugins()
+        if name not in self._items:
+            raise ConfigError(unknown(f"{self.key} value" if self.key else self.axis, name, self._items))
+        return self._items[name]
+
+    def check(self, name: str, key: str | None = None) -> None:
+        """Raise the one-line error of :meth:`get` (naming ``key`` if given) for an unknown name."""
+        if name not in self._items:
+            load_plugins()
+        if name not in self._items:
+            raise ConfigError(unknown(f"{key or self.key or self.axis} value", name, self._items))
+
+    def names(self) -> tuple[str, ...]:
+        load_plugins()
+        return tuple(self._items)
+
+    def registered(self) -> list[tuple[str, T]]:
+        """What has registered so far, without importing the plugins (for import-time use)."""
+        return list(self._items.items())
+
+    def items(self) -> list[tuple[str, T]]:
+        load_plugins()
+        return list(self._items.items())
+
+    def __contains__(self, name: str) -> bool:
+        load_plugins()
+        return name in self._items
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.names())
+
+    def __repr__(self) -> str:
+        return f"Registry({self.axis!r}, {list(self._items)})"
+
+
+@dataclasses.dataclass(frozen=True)
+class Section:
+    """Config keys declared once, by the code that reads them.
+
+    ``keys`` is a dataclass whose fields are the keys with their defaults (tuples for lists);
+    they are merged into config section ``section`` (``"model"``, ``"train"``, or a section of
+    their own such as ``"longctx"``). ``validate(config)`` checks them (one-line ConfigError);
+    ``renames`` maps keys of older workdirs to this declaration (``{"old.key": "new.key"}``);
+    ``resumable`` lists the keys (``"section.key"``) a run may change when it resumes a workdir
+    (evaluation settings, not the model or the data); ``upgrade(flat)`` rewrites an older
+    workdir's flat config in place where values (not only names) changed. Sections merge into
+    their config section in ``order`` (lower first), then in registration order."""
+    section: str
+    keys: type
+    validate: Callable[[Any], None] | None = None
+    renames: dict = dataclasses.field(default_factory=dict)
+    resumable: tuple = ()
+    upgrade: Callable[[dict], None] | None = None
+    order: int = 100
+
+    def defaults(self) -> dict:
+        return {f.name: (f.default if f.default is not dataclasses.MISSING else f.default_factory())
+                for f in dataclasses.fields(self.keys)}
+
+
+@dataclasses.dataclass(frozen=True)
+class Task:
+    """A kind of run a config file can describe (``config.task``; ``lm`` when absent): its schema
+    at the defaults and its validation. What runs it is registered in :data:`RUNNERS`."""
+    schema: Callable[[], Any]
+    validate: Callable[[Any], None]
+
+
+@dataclasses.dataclass(frozen=True)
+class Evaluator:
+    """An evaluation after training, chosen by config: ``enabled(config)`` says whether this run
+    asks for it; ``run(ctx) -> metrics`` gets an :class:`edge_jax.train.hooks.EvalContext` (the run,
+    its trained params, the validation batches, the workdir, whether this process writes files).
+    The loop runs the enabled evaluators in registration order (the core's ``qa`` first, then the
+    papers' in the order :mod:`edge_jax.papers` imports them) and merges their metrics into its result,
+    so metric names must not collide (e.g. a prefix of the evaluator's own: ``longctx/``, ``moe/``)."""
+    enabled: Callable[[Any], bool]
+    run: Callable[[Any], dict]
+
+
+# Config: tasks and the key declarations of the language-model task's features.
+TASKS: Registry[Task] = Registry("task", key="task")
+RUNNERS: Registry[Callable[[Any, str], dict]] = Registry("task runner", key="task")  # run(config, workdir)
+SECTIONS: Registry[Section] = Registry("config section")
+# After training (edge_jax.train.loop), benchmarks (edge-jax bench), and CLI subcommands.
+EVALUATORS: Registry[Evaluator] = Registry("evaluator")
+BENCHMARKS: Registry[Any] = Registry("benchmark")
+COMMANDS: Registry[Any] = Registry("command")
