@@ -11,8 +11,8 @@ shifts), policy (fifo, lru, lfu, ewma, scoutgate, watermark, belady, none), vram
 all experts' bytes; RAM fixed at 0.6 in the grids), profile (pcie4-nvme, phone). Every key of
 edge_jax/papers/expert_cache/config.py can be overridden with --config.KEY=VALUE.
 """
-from edge_jax.papers.expert_cache.config import base_config
 from edge_jax.config import parse_arg
+from edge_jax.papers.expert_cache.config import base_config
 
 REAL_TRACE = "results/npumoe_traces/seed{seed}/pystdlib_validation.npz"
 

@@ -11,8 +11,8 @@ generic core are defined here; a registry for a narrower axis lives beside the c
 (e.g. ``edge_jax.layers.ffn.FFN_KINDS``, ``edge_jax.infer.kv_methods.KV_METHODS``).
 
 Layers register their variants when :mod:`edge_jax.models` imports them, paper packages when
-:mod:`edge_jax.papers` is imported. Reading a registry imports both first (:func:`load_plugins`),
-so a sixth paper is one folder under ``edge_jax/papers/`` plus one line in
+:mod:`edge_jax.papers` is imported. Reading a registry imports :data:`PLUGINS` first
+(:func:`load_plugins`), so a sixth paper is one folder under ``edge_jax/papers/`` plus one line in
 ``edge_jax/papers/__init__.py``; the generic code never imports a paper.
 """
 from __future__ import annotations
@@ -25,8 +25,9 @@ from typing import Any, Callable, Generic, Iterator, TypeVar
 from edge_jax.errors import ConfigError, unknown
 
 T = TypeVar("T")
-# The packages whose import registers every variant: the model's features, then the papers'.
-PLUGINS = ("edge_jax.models", "edge_jax.papers")
+# The modules whose import registers every variant: the layers (through the model), the generic KV
+# baselines, the LM runner and evaluators, the generic benchmark, then every paper.
+PLUGINS = ("edge_jax.models", "edge_jax.infer", "edge_jax.train.loop", "edge_jax.bench.command", "edge_jax.papers")
 _loaded = False
 _loading = threading.local()
 

@@ -62,9 +62,9 @@ def test_config_overrides_only_where_they_apply(capsys, tmp_path):
 
 def test_one_line_errors_are_user_errors():
     from edge_jax.data import DataError
+    from edge_jax.data.routing_trace import TraceError
     from edge_jax.errors import ConfigError, UserError
     from edge_jax.papers.npumoe.calibrate import CalibrationError
-    from edge_jax.data.routing_trace import TraceError
     from edge_jax.train.loop import TrainingError
     for error in (ConfigError, DataError, CalibrationError, TraceError, TrainingError):
         assert issubclass(error, UserError), error

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from edge_jax.utils.atomic import save_figure_atomic
 from edge_jax.grid.spec import Grid
+from edge_jax.utils.atomic import save_figure_atomic
 
 
 def seed_band(curves: list[list[list[float]]]) -> tuple[list[int], list[float], list[float],

@@ -82,7 +82,6 @@ def workdir(out: str | Path, unit: Unit) -> Path:
 
 def _default_train_fn(config, wd: str) -> dict:
     """Run ``config`` in ``wd`` with the runner registered for its task (``lm``: train and evaluate)."""
-    import edge_jax.train.loop  # noqa: F401  (registers the "lm" runner; papers register theirs)
     from edge_jax.config import task_of
     from edge_jax.registry import RUNNERS
     return RUNNERS.get(task_of(config))(config, wd)

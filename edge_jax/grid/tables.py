@@ -15,8 +15,8 @@ import io
 import math
 from pathlib import Path
 
-from edge_jax.utils.atomic import write_text_atomic
 from edge_jax.grid.spec import Grid
+from edge_jax.utils.atomic import write_text_atomic
 
 
 @dataclasses.dataclass

@@ -7,13 +7,13 @@ import os
 
 import ml_collections
 
-from edge_jax.utils.atomic import write_json_atomic
 from edge_jax.config import ConfigError
 from edge_jax.data import get_tokenizer
 from edge_jax.models import DecoderLM, ModelConfig
 from edge_jax.sharding import check_divisible, make_mesh
 from edge_jax.train.hooks import MODEL_HOOKS
 from edge_jax.train.optim import make_optimizer
+from edge_jax.utils.atomic import write_json_atomic
 
 
 @dataclasses.dataclass

@@ -7,7 +7,6 @@ import zipfile
 import numpy as np
 import pytest
 
-from edge_jax.papers.expert_cache.synthetic import synthetic_routing
 from edge_jax.data.routing_trace import (
     FORMAT_VERSION,
     RoutingTrace,
@@ -15,6 +14,7 @@ from edge_jax.data.routing_trace import (
     read_trace,
     write_trace,
 )
+from edge_jax.papers.expert_cache.synthetic import synthetic_routing
 
 
 def _trace(**kw):

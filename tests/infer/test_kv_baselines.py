@@ -82,8 +82,8 @@ def test_snapkv_selection_does_not_depend_on_the_chunk(setup):
 
 
 def test_answer_nll_and_greedy_answer_match_the_full_forward():
-    from edge_jax.papers.edgeinfinite.longctx_eval import answer
     from edge_jax.data import get_tokenizer
+    from edge_jax.papers.edgeinfinite.longctx_eval import answer
     tok = get_tokenizer("byte", "longctx")
     cfg = ModelConfig(vocab_size=320, d_model=32, n_layers=2, n_heads=4, n_kv_heads=2, head_dim=8, d_ff=64)
     model = DecoderLM(cfg)

@@ -7,7 +7,6 @@ import numpy as np
 import pytest
 
 from edge_jax.config import ConfigError, apply_overrides, base_config, validate
-from edge_jax.models import DecoderLM, ModelConfig
 from edge_jax.layers.moe import execute
 from edge_jax.layers.moe.plan import (
     LayerPlan,
@@ -16,6 +15,7 @@ from edge_jax.layers.moe.plan import (
     tiered_plan,
     uniform_plan,
 )
+from edge_jax.models import DecoderLM, ModelConfig
 from edge_jax.train.step import auxiliary_loss
 
 TOL = {jnp.float32: 2e-5, jnp.bfloat16: 3e-2}

@@ -1,5 +1,5 @@
-"""EdgeInfinite: Algorithm 1 inference, long-context evaluation, grids and reports, benchmark."""
-from edge_jax.papers.edgeinfinite import evaluators  # noqa: F401
+"""EdgeInfinite: Algorithm 1 inference, long-context evaluation, grids and reports, benchmark.
 
-from edge_jax.papers.edgeinfinite import config  # noqa: F401  (registrations)
-from edge_jax.papers.edgeinfinite import bench  # noqa: F401  (benchmark long-context)
+Importing it registers the ``longctx`` config section, the ``edgeinfinite`` KV method, the
+long-context evaluator and ``edge-jax bench long-context``."""
+from edge_jax.papers.edgeinfinite import bench, config, evaluators, inference  # noqa: F401  (registrations)

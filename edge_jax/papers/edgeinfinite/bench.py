@@ -47,12 +47,14 @@ import jax.numpy as jnp
 import ml_collections
 import numpy as np
 
-from edge_jax.utils.atomic import save_figure_atomic, write_json_atomic
+from edge_jax.bench import Benchmark
 from edge_jax.config import ConfigError
 from edge_jax.infer.kv_methods import KV_METHODS
 from edge_jax.infer.kv_state import PeakProbe, cache_bytes
-from edge_jax.papers.edgeinfinite import inference  # noqa: F401  (registers the edgeinfinite method)
 from edge_jax.models.decoder import DecoderLM, ModelConfig
+from edge_jax.papers.edgeinfinite import inference  # noqa: F401  (registers the edgeinfinite method)
+from edge_jax.registry import BENCHMARKS
+from edge_jax.utils.atomic import save_figure_atomic, write_json_atomic
 
 DEFAULT_SHAPE = dict(vocab_size=256, d_model=128, n_layers=2, n_heads=4, n_kv_heads=2, head_dim=32, d_ff=256)
 DEFAULT_LENGTHS = "2048,4096,8192,16384,32768,65536"
@@ -322,8 +324,6 @@ def run(args, overrides) -> str:
 
 
 # --- `edge-jax bench long-context` (edge_jax.bench.command is the harness)
-from edge_jax.bench import Benchmark  # noqa: E402
-from edge_jax.registry import BENCHMARKS  # noqa: E402
 
 
 def add_arguments(group) -> None:

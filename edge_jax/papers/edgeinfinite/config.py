@@ -40,9 +40,7 @@ def _validate(c) -> None:
                           "model.infini_hidden > 0 and init_from=<base workdir>")
     if not lc.method:
         return
-    KV_METHODS.check(lc.method)
-    if lc.method == "edgeinfinite" and not m.infini_hidden:
-        raise ConfigError("longctx.method=edgeinfinite needs the memory gate: set model.infini_hidden > 0")
+    method = KV_METHODS.get(lc.method)
     if m.infini_segment <= 0:
         raise ConfigError("longctx.method needs the cache sizes: set model.infini_sink, infini_window and "
                           "infini_segment (StreamingLLM keeps infini_sink sink tokens)")
@@ -50,8 +48,7 @@ def _validate(c) -> None:
     if m.infini_sink + m.infini_window >= budget:
         raise ConfigError(f"model.infini_sink + infini_window = {m.infini_sink + m.infini_window} leave nothing "
                           f"of the cache budget longctx.budget={budget}; raise the budget or shrink them")
-    if lc.method in ("snapkv", "pyramidkv") and not 0 < lc.obs_window < budget:
-        raise ConfigError(f"longctx.obs_window={lc.obs_window} must lie in [1, budget {budget}); e.g. 8")
+    method.validate(c, budget)
     if lc.pool_kernel <= 0 or lc.pool_kernel % 2 == 0:
         raise ConfigError(f"longctx.pool_kernel={lc.pool_kernel} must be a positive odd number, e.g. 7")
     if not lc.lengths or min(lc.lengths) < 256 or max(lc.lengths) > lc.max_input:

@@ -10,9 +10,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from edge_jax.utils.atomic import write_text_atomic
-from edge_jax.papers.edgeinfinite.grid import CATEGORIES, PAPER_CATEGORY, TABLE1, TABLE2
 from edge_jax.grid.tables import competition_ranks, format_number, format_stat, kendall_tau_b, stat
+from edge_jax.papers.edgeinfinite.grid import CATEGORIES, PAPER_CATEGORY, TABLE1, TABLE2
+from edge_jax.utils.atomic import write_text_atomic
 
 
 def _paper_table(grid) -> dict:

@@ -49,8 +49,8 @@ def _run(args, overrides) -> int:
 
 
 def _synth(args, overrides) -> int:
-    from edge_jax.papers.expert_cache.synthetic import synthetic_routing
     from edge_jax.data.routing_trace import write_trace
+    from edge_jax.papers.expert_cache.synthetic import synthetic_routing
     if overrides:
         raise ConfigError("--config.* overrides do not apply to `edge-jax cache synth`")
     try:

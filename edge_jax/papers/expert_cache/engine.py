@@ -30,9 +30,8 @@ from typing import Callable
 
 import numpy as np
 
-from edge_jax.registry import Registry
-
 from edge_jax.papers.expert_cache.profile import DeviceProfile
+from edge_jax.registry import Registry
 
 
 @dataclasses.dataclass

@@ -30,8 +30,8 @@ import numpy as np
 import optax
 from flax import traverse_util
 
-from edge_jax.utils.atomic import atomic_open
 from edge_jax.data.routing_trace import RECORD_HINT, RoutingTrace
+from edge_jax.utils.atomic import atomic_open
 
 
 @dataclasses.dataclass(frozen=True)

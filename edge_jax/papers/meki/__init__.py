@@ -1,2 +1,5 @@
-"""MeKi: grids, fold-time analyses (logit lens, memory-size fit), decode benchmark."""
-from edge_jax.papers.meki import bench, commands  # noqa: F401  (benchmark meki-decode, `analyze logit-lens`)
+"""MeKi: grids, analyses of trained runs (logit lens, memory-size fit), decode benchmark.
+
+Importing it registers ``edge-jax bench meki-decode`` and ``edge-jax analyze logit-lens``; MeKi's
+layer, its keys and its variants live in :mod:`edge_jax.layers.memory.meki`."""
+from edge_jax.papers.meki import bench, commands  # noqa: F401  (registrations)

@@ -24,12 +24,14 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from edge_jax.utils.timing import time_interleaved
+from edge_jax.bench import Benchmark
 from edge_jax.config import ConfigError
 from edge_jax.infer.decode import decode_tokens, host_tables, init_cache, prefill
 from edge_jax.models.decoder import DecoderLM, ModelConfig
 from edge_jax.models.fold import fold_meki
 from edge_jax.models.presets import MEKI_PAPER, MODEL_SIZES
+from edge_jax.registry import BENCHMARKS
+from edge_jax.utils.timing import time_interleaved
 
 DEFAULT_SIZE = dict(d_model=512, n_layers=8, n_heads=8, n_kv_heads=4, head_dim=64, d_ff=1536, vocab_size=32_000)
 DEFAULT_D_MEM = 64
@@ -163,8 +165,6 @@ def run(args, overrides) -> str:
 
 
 # --- `edge-jax bench meki-decode` (edge_jax.bench.command is the harness)
-from edge_jax.bench import Benchmark  # noqa: E402
-from edge_jax.registry import BENCHMARKS  # noqa: E402
 
 
 def add_arguments(group) -> None:

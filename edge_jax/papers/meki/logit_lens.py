@@ -18,9 +18,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from edge_jax.layers.norms import rms_normalize
 from edge_jax.utils.atomic import save_figure_atomic, write_text_atomic
 from edge_jax.utils.workdirs import workdir_labels
-from edge_jax.layers.norms import rms_normalize
 
 
 def early_exit_logits(cfg, params, h_BTD):

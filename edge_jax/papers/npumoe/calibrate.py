@@ -19,13 +19,13 @@ from pathlib import Path
 import numpy as np
 
 from edge_jax.errors import UserError
-from edge_jax.utils.atomic import write_json_atomic
 from edge_jax.layers.moe.plan import (
     LayerPlan,
     base_capacity,
     busiest_capacity,
     imbalance_ratio,
 )
+from edge_jax.utils.atomic import write_json_atomic
 
 VERSION = 1
 RECALIBRATE = "`edge-jax moe calibrate --workdir {}`"

@@ -81,9 +81,9 @@ def _calibrate(args, overrides) -> int:
 
 
 def _trace(args, overrides) -> int:
+    from edge_jax.data.routing_trace import write_trace
     from edge_jax.papers.npumoe.capture import record_trace
     from edge_jax.papers.npumoe.evaluate import eval_batches
-    from edge_jax.data.routing_trace import write_trace
     from edge_jax.utils.provenance import git_info
     run, params, step = _restore(args.workdir, overrides)
     data = args.data or run.config.data.name

@@ -17,10 +17,10 @@ import jax.numpy as jnp
 import ml_collections
 import numpy as np
 
-from edge_jax.utils.atomic import write_text_atomic
 from edge_jax.data import make_eval_batches
-from edge_jax.models import DecoderLM
 from edge_jax.layers.moe import execute
+from edge_jax.layers.moe.plan import MoEExec, imbalance_ratio
+from edge_jax.models import DecoderLM
 from edge_jax.papers.npumoe.calibrate import (
     calibration_markdown,
     expert_loads,
@@ -28,7 +28,7 @@ from edge_jax.papers.npumoe.calibrate import (
     write_calibration,
 )
 from edge_jax.papers.npumoe.capture import routing_pass
-from edge_jax.layers.moe.plan import MoEExec, imbalance_ratio
+from edge_jax.utils.atomic import write_text_atomic
 
 
 def dropless_model(model) -> DecoderLM:

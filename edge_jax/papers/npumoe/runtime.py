@@ -23,9 +23,9 @@ from __future__ import annotations
 import jax
 import numpy as np
 
-from edge_jax.utils.timing import time_interleaved
 from edge_jax.layers.moe import execute
 from edge_jax.layers.moe.plan import LayerPlan
+from edge_jax.utils.timing import time_interleaved
 
 
 def _pack_fn(plan: LayerPlan):

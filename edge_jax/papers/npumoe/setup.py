@@ -6,9 +6,9 @@ import dataclasses
 
 import numpy as np
 
-from edge_jax.papers.npumoe.config import needs_calibration as moe_needs_calibration
-from edge_jax.papers.npumoe.calibrate import read_calibration
 from edge_jax.layers.moe.plan import MoEExec, busiest_capacity, tiered_plan, uniform_plan
+from edge_jax.papers.npumoe.calibrate import read_calibration
+from edge_jax.papers.npumoe.config import needs_calibration as moe_needs_calibration
 from edge_jax.train.hooks import MODEL_HOOKS
 
 

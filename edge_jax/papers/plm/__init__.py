@@ -1,5 +1,5 @@
-"""PLM: grids, activation sparsity, KV-cache accounting, architecture stats, MLA decode benchmark."""
-from edge_jax.papers.plm import evaluators  # noqa: F401
+"""PLM: grids, activation sparsity, KV-cache accounting, architecture stats, MLA decode benchmark.
 
-from edge_jax.papers.plm import config  # noqa: F401  (registrations)
-from edge_jax.papers.plm import bench, commands  # noqa: F401  (mla-decode, `analyze kv-cache|sparsity`)
+Importing it registers ``train.sparsity_batches`` and its evaluator, ``edge-jax bench mla-decode``
+and ``edge-jax analyze kv-cache | sparsity``; MLA and the FFN kinds live in :mod:`edge_jax.layers`."""
+from edge_jax.papers.plm import bench, commands, config, evaluators  # noqa: F401  (registrations)

@@ -15,10 +15,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from edge_jax.utils.atomic import write_text_atomic
-from edge_jax.utils.timing import time_interleaved
 from edge_jax.models.count import param_breakdown
 from edge_jax.models.decoder import DecoderLM, ModelConfig
+from edge_jax.utils.atomic import write_text_atomic
+from edge_jax.utils.timing import time_interleaved
 
 # PLM Table 5: (layers, d_model, d_ffn, kv rank, params, MACs/param, FLOPs/param, time/layer, peak memory, loss).
 PAPER_TABLE5 = [

@@ -30,10 +30,12 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from edge_jax.papers.plm.kv_cache import cache_bytes, gqa_twin
-from edge_jax.utils.timing import time_interleaved
+from edge_jax.bench import Benchmark
 from edge_jax.config import ConfigError
 from edge_jax.infer.decode import decode_tokens, init_cache
+from edge_jax.papers.plm.kv_cache import cache_bytes, gqa_twin
+from edge_jax.registry import BENCHMARKS
+from edge_jax.utils.timing import time_interleaved
 
 DEFAULT_SHAPE = dict(vocab_size=4096, d_model=2048, n_layers=2, n_heads=16, head_dim=128, d_ff=2048,
                      d_rope=64, kv_lora_rank=512)
@@ -176,8 +178,6 @@ def run(args, overrides) -> str:
 
 
 # --- `edge-jax bench mla-decode` (edge_jax.bench.command is the harness)
-from edge_jax.bench import Benchmark  # noqa: E402
-from edge_jax.registry import BENCHMARKS  # noqa: E402
 
 
 def add_arguments(group) -> None:

@@ -24,12 +24,12 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from edge_jax.utils.atomic import save_figure_atomic, write_text_atomic
-from edge_jax.utils.timing import time_interleaved
 from edge_jax.config import ConfigError
 from edge_jax.infer.decode import decode_tokens, init_cache, prefill
 from edge_jax.infer.kv_state import value_arrays
 from edge_jax.models.decoder import DecoderLM, ModelConfig
+from edge_jax.utils.atomic import save_figure_atomic, write_text_atomic
+from edge_jax.utils.timing import time_interleaved
 
 AUTO_LIMIT = 256 * 2**20  # cache_bytes allocates real arrays below this many bytes
 CONTEXTS, DECODE_STEPS, ROUNDS = (128, 512, 2048), 32, 3

@@ -5,8 +5,8 @@ import json
 
 import pytest
 
-from edge_jax.papers.edgeinfinite import bench as LC
 from edge_jax.cli import main
+from edge_jax.papers.edgeinfinite import bench as LC
 
 TINY = dict(vocab_size=32, d_model=32, n_layers=1, n_heads=2, n_kv_heads=1, head_dim=8, d_ff=32)
 SIZES = dict(sink=16, window=16, segment=64)

@@ -8,7 +8,6 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from edge_jax.papers.edgeinfinite.inference import EdgeInfiniteSession
 from edge_jax.layers.infini import (
     feature_map,
     memory_readout,
@@ -18,6 +17,7 @@ from edge_jax.layers.infini import (
     segment_layout,
 )
 from edge_jax.models import DecoderLM, ModelConfig
+from edge_jax.papers.edgeinfinite.inference import EdgeInfiniteSession
 from edge_jax.train.optim import make_optimizer, param_labels, trained_count
 from tests.helpers import perturbed
 
@@ -177,9 +177,9 @@ def test_config_errors_are_one_line(overrides, message):
 
 
 def test_input_past_the_hard_limit_is_refused():
-    from edge_jax.papers.edgeinfinite.longctx_eval import evaluate_longctx
     from edge_jax.config import ConfigError, load_config
     from edge_jax.data import get_tokenizer
+    from edge_jax.papers.edgeinfinite.longctx_eval import evaluate_longctx
     config = load_config("configs/edgeinfinite.py", {"init_from": "/base", "longctx.lengths": (1024,),
                                                       "longctx.max_input": 1024, "longctx.examples": 1})
     config.longctx.max_input = 900  # below the prompts (validation would refuse it up front)

@@ -6,6 +6,10 @@ import types
 import numpy as np
 import pytest
 
+from edge_jax.cli import main
+from edge_jax.config import ConfigError, load_config
+from edge_jax.data.routing_trace import write_trace
+from edge_jax.grid.spec import load_grid
 from edge_jax.papers.expert_cache.config import needs_scout
 from edge_jax.papers.expert_cache.engine import Simulator
 from edge_jax.papers.expert_cache.experiment import ewma_probs, run_experiment
@@ -14,10 +18,6 @@ from edge_jax.papers.expert_cache.profile import ProfileError, build_profile, ca
 from edge_jax.papers.expert_cache.report import write_policy_report, write_sensitivity_report
 from edge_jax.papers.expert_cache.synthetic import synthetic_routing
 from edge_jax.papers.expert_cache.watermark import Watermark
-from edge_jax.cli import main
-from edge_jax.config import ConfigError, load_config
-from edge_jax.grid.spec import load_grid
-from edge_jax.data.routing_trace import write_trace
 
 SMALL = {"synthetic.n_tokens": 1024, "synthetic.d_embed": 16, "synthetic.phase_tokens": 512,
          "scoutgate.steps": 20, "scoutgate.d_proj": 16, "scoutgate.batch": 64}

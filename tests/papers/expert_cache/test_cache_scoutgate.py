@@ -6,6 +6,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from edge_jax.data.routing_trace import RoutingTrace
 from edge_jax.papers.expert_cache.scoutgate import (
     ScoutGate,
     ScoutGateConfig,
@@ -19,7 +20,6 @@ from edge_jax.papers.expert_cache.scoutgate import (
     train_scoutgate,
 )
 from edge_jax.papers.expert_cache.synthetic import synthetic_routing
-from edge_jax.data.routing_trace import RoutingTrace
 
 SMALL = ScoutGateConfig(m=4, d_proj=32, d_layer=8, d_expert=16, d_rank=32, steps=60, batch=128,
                         eval_tokens=512)

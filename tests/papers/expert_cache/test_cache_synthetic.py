@@ -5,8 +5,8 @@ import inspect
 import numpy as np
 import pytest
 
-from edge_jax.papers.expert_cache.synthetic import synthetic_routing
 from edge_jax.data.routing_trace import read_trace, write_trace
+from edge_jax.papers.expert_cache.synthetic import synthetic_routing
 
 SMALL = {"n_tokens": 4096, "n_layers": 3, "n_experts": 8, "top_k": 2, "vocab": 64, "d_embed": 8}
 ARRAYS = ("tokens", "seq_starts", "experts", "probs", "embeddings")

@@ -6,10 +6,10 @@ import jax
 import numpy as np
 import pytest
 
-from edge_jax.papers.meki.logit_lens import layer_kl
 from edge_jax.cli import main
 from edge_jax.models.decoder import DecoderLM, ModelConfig
 from edge_jax.models.inputs import example_inputs, host_inputs
+from edge_jax.papers.meki.logit_lens import layer_kl
 
 TINY = dict(vocab_size=64, d_model=32, n_layers=3, n_heads=2, n_kv_heads=1, head_dim=16, d_ff=64)
 VARIANTS = {"tied": {}, "untied": {"tie_embeddings": False}, "meki": {"memory": "meki", "d_mem": 8}}

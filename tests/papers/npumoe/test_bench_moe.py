@@ -4,8 +4,8 @@ import json
 
 import pytest
 
-from edge_jax.papers.npumoe import bench as M
 from edge_jax.cli import main
+from edge_jax.papers.npumoe import bench as M
 
 TINY = ["--d-model", "32", "--d-ff", "32", "--experts", "8", "--chunk", "64", "--chunks", "1", "--repeats", "1"]
 

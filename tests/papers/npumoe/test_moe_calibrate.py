@@ -4,6 +4,7 @@ import json
 import numpy as np
 import pytest
 
+from edge_jax.layers.moe.plan import tiered_plan, uniform_plan
 from edge_jax.papers.npumoe.calibrate import (
     CalibrationError,
     calibration_markdown,
@@ -14,7 +15,6 @@ from edge_jax.papers.npumoe.calibrate import (
     read_calibration,
     write_calibration,
 )
-from edge_jax.layers.moe.plan import tiered_plan, uniform_plan
 
 
 def _skewed_ids(rng, n, n_layers, n_experts, k):

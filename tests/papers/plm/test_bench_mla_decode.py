@@ -1,11 +1,11 @@
 """`edge-jax bench mla-decode` on a tiny shape: the table's rows and ratios (no timing assertions)."""
 import jax.numpy as jnp
 
-from edge_jax.papers.plm.kv_cache import cache_bytes
-from edge_jax.papers.plm import bench as M
 from edge_jax.cli import main
 from edge_jax.infer.decode import cache_index
 from edge_jax.models.decoder import DecoderLM
+from edge_jax.papers.plm import bench as M
+from edge_jax.papers.plm.kv_cache import cache_bytes
 
 TINY = ["--d-model", "32", "--heads", "2", "--head-dim", "8", "--d-rope", "4", "--kv-lora-rank", "8",
         "--d-ff", "32", "--vocab", "32", "--decode-steps", "2", "--repeats", "1"]

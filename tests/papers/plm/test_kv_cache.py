@@ -6,11 +6,11 @@ import types
 import jax.numpy as jnp
 import pytest
 
-from edge_jax.papers.plm import kv_cache as K
 from edge_jax.cli import main
 from edge_jax.infer.decode import decode_tokens, init_cache, prefill
 from edge_jax.models.decoder import DecoderLM, ModelConfig
 from edge_jax.models.presets import sized_config
+from edge_jax.papers.plm import kv_cache as K
 
 MLA = ModelConfig(vocab_size=64, d_model=32, n_layers=3, n_heads=4, n_kv_heads=4, head_dim=8, d_ff=64,
                   qk_norm=False, ffn="relu2", attention="mla", kv_lora_rank=12, d_rope=4)

@@ -6,9 +6,9 @@ import jax
 import numpy as np
 import pytest
 
-from edge_jax.papers.plm.sparsity import check_ratios, parameter_usage, sparsity_sweep
 from edge_jax.cli import main
 from edge_jax.models.decoder import DecoderLM, ModelConfig
+from edge_jax.papers.plm.sparsity import check_ratios, parameter_usage, sparsity_sweep
 
 CFG = ModelConfig(vocab_size=61, d_model=32, n_layers=2, n_heads=2, n_kv_heads=2, head_dim=16, d_ff=64,
                   qk_norm=False, ffn="relu2", attention="mla", kv_lora_rank=16, d_rope=8)
