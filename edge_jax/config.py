@@ -23,7 +23,7 @@ from edge_jax.errors import ConfigError, unknown
 from edge_jax.registry import SECTIONS, TASKS, Task
 
 __all__ = ["ConfigError", "apply_overrides", "base_config", "flatten", "load_config", "parse_arg",
-           "schema_defaults", "task_of", "upgrade_config", "validate"]
+           "schema_defaults", "task_of", "unflatten", "upgrade_config", "validate"]
 
 SCHEDULES = ("cosine", "wsd", "wsdc", "constant")
 MESH_AXES = ("data", "fsdp", "tensor")
@@ -155,7 +155,8 @@ def flatten(c, prefix: str = "") -> dict:
     return out
 
 
-def _unflatten(flat: Mapping[str, Any]) -> dict:
+def unflatten(flat: Mapping[str, Any]) -> dict:
+    """The nested dict of a ``{"train.steps": 200, ...}`` flat one."""
     out: dict = {}
     for key, value in flat.items():
         *path, leaf = key.split(".")
@@ -235,7 +236,7 @@ def upgrade_config(old: Mapping) -> dict:
         if section.upgrade is not None:
             section.upgrade(flat)
     _upgrade_train(flat)
-    return _unflatten(flat)
+    return unflatten(flat)
 
 
 def _upgrade_train(flat: dict) -> None:

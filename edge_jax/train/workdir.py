@@ -6,7 +6,7 @@ import os
 
 import ml_collections
 
-from edge_jax.config import flatten, schema_defaults, upgrade_config
+from edge_jax.config import flatten, schema_defaults, unflatten, upgrade_config
 
 
 def load_workdir_config(workdir: str) -> ml_collections.ConfigDict:
@@ -17,11 +17,4 @@ def load_workdir_config(workdir: str) -> ml_collections.ConfigDict:
         raise FileNotFoundError(f"{path} not found; is {workdir!r} a training workdir? run `edge-jax train` first")
     with open(path) as f:
         saved = upgrade_config(json.load(f))
-    out: dict = {}
-    for key, value in {**flatten(schema_defaults(saved).to_dict()), **flatten(saved)}.items():
-        *parents, leaf = key.split(".")
-        node = out
-        for p in parents:
-            node = node.setdefault(p, {})
-        node[leaf] = value
-    return ml_collections.ConfigDict(out)
+    return ml_collections.ConfigDict(unflatten({**flatten(schema_defaults(saved).to_dict()), **flatten(saved)}))
