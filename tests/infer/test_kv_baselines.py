@@ -104,3 +104,27 @@ def test_answer_nll_and_greedy_answer_match_the_full_forward():
         if "\n" in tok.decode(ids):
             break
     assert got == tok.decode(ids).strip().split("\n")[0].strip()
+
+
+def test_a_new_kv_method_is_one_class_and_one_registration(setup):
+    """A baseline registered in KV_METHODS is accepted by config validation (and so by grid cells) and
+    built by the long-context evaluation from the config."""
+    from edge_jax.config import load_config
+    from edge_jax.infer.kv_methods import KV_METHODS
+    from edge_jax.papers.edgeinfinite.longctx_eval import make_session
+
+    if "test_recent_only" not in KV_METHODS:
+        @KV_METHODS.register("test_recent_only")
+        class RecentOnly(StreamingSession):  # StreamingLLM without sink tokens
+            label = "recent only"
+
+            @classmethod
+            def from_config(cls, model, params, config, budget: int):
+                return cls(model, params, budget, 0, config.longctx.prefill_chunk)
+
+    config = load_config("configs/edgeinfinite.py:method=fullkv", {"init_from": "/base",
+                                                                    "longctx.method": "test_recent_only"})
+    model, params, tokens, full = setup
+    session = make_session("test_recent_only", model, params, config)
+    assert type(session).label == "recent only"
+    np.testing.assert_allclose(np.asarray(session.prefill(tokens[:, :40])), full[:, 39], rtol=1e-5, atol=2e-5)

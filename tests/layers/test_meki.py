@@ -147,3 +147,18 @@ def test_host_rows_match_table_lookup():
     np.testing.assert_allclose(a, b, atol=1e-6)
     with pytest.raises(ValueError, match="folded MeKi"):
         DecoderLM(cfg).apply({"params": _random_params(DecoderLM(cfg))}, tokens, meki_rows=rows)
+
+
+def test_a_new_fusion_is_one_function_and_one_registration():
+    """Registering a fusion is all it takes: the config accepts it, the model runs it, folding keeps it."""
+    from edge_jax.config import load_config
+    if "test_add_tanh" not in FUSIONS:
+        FUSIONS.register("test_add_tanh", lambda e, gate: e + jnp.tanh(gate))
+    load_config("configs/meki.py", {"model.meki_fusion": "test_add_tanh"})
+    cfg = _cfg(meki_fusion="test_add_tanh")
+    params = _random_params(DecoderLM(cfg))
+    tokens = _tokens(cfg)
+    folded, fcfg = fold_meki(params, cfg)
+    want = DecoderLM(cfg).apply({"params": params}, tokens)
+    np.testing.assert_allclose(DecoderLM(fcfg).apply({"params": folded}, tokens), want, rtol=2e-5, atol=2e-5)
+    assert not np.allclose(DecoderLM(_cfg(meki_fusion="add_sigmoid")).apply({"params": params}, tokens), want)
