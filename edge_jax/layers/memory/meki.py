@@ -42,24 +42,10 @@ PROJECTIONS = Registry("MeKi projection", key="model.meki_projection")  # G(E[x]
 POSITIONS = Registry("MeKi position", key="model.meki_position")  # -> Placement in the block
 
 
-@FUSIONS.register("add_sigmoid")
-def add_sigmoid(e, gate):
-    return e + nn.sigmoid(gate)
-
-
-@FUSIONS.register("mul_sigmoid")
-def mul_sigmoid(e, gate):
-    return e * nn.sigmoid(gate)
-
-
-@FUSIONS.register("add_silu")
-def add_silu(e, gate):
-    return e + nn.silu(gate)
-
-
-@FUSIONS.register("mul_silu")
-def mul_silu(e, gate):
-    return e * nn.silu(gate)
+# Fig. 5's four: the expert vector plus or times the activated gate (eq. 5), e.g. add_sigmoid: e + sigmoid(g).
+for _act_name, _act in (("sigmoid", nn.sigmoid), ("silu", nn.silu)):
+    for _mode, _combine in (("add", jnp.add), ("mul", jnp.multiply)):
+        FUSIONS.register(f"{_mode}_{_act_name}", lambda e, gate, combine=_combine, act=_act: combine(e, act(gate)))
 
 
 @PROJECTIONS.register("swiglu")

@@ -2,7 +2,7 @@
 expert loads, and after training compare the strategy with dropless (:func:`evaluate.moe_metrics`)."""
 from __future__ import annotations
 
-from edge_jax.papers.npumoe.config import needs_calibration as moe_needs_calibration
+from edge_jax.papers.npumoe.config import needs_calibration
 from edge_jax.papers.npumoe.evaluate import calibrate_run, moe_metrics
 from edge_jax.registry import EVALUATORS, Evaluator
 from edge_jax.train.hooks import PREPARE_HOOKS, EvalContext, RunContext
@@ -12,7 +12,7 @@ from edge_jax.train.hooks import PREPARE_HOOKS, EvalContext, RunContext
 def calibrate_first(ctx: RunContext):
     """A run with ``train.steps=0`` (config validation requires it) whose strategy needs calibrated loads
     and has no ``moe.plan`` calibrates on its params first; ``calibration.json/.md`` go to the workdir."""
-    if moe_needs_calibration(ctx.config) and not ctx.run.model.cfg.moe_exec.plans:
+    if needs_calibration(ctx.config) and not ctx.run.model.cfg.moe_exec.plans:
         return calibrate_run(ctx.run, ctx.params, ctx.workdir if ctx.lead else None)[0]
     return ctx.run
 

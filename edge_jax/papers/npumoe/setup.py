@@ -8,7 +8,7 @@ import numpy as np
 
 from edge_jax.layers.moe.plan import MoEExec, busiest_capacity, tiered_plan, uniform_plan
 from edge_jax.papers.npumoe.calibrate import read_calibration
-from edge_jax.papers.npumoe.config import needs_calibration as moe_needs_calibration
+from edge_jax.papers.npumoe.config import needs_calibration
 from edge_jax.train.hooks import MODEL_HOOKS
 
 
@@ -31,7 +31,7 @@ def moe_exec(config, loads_LE=None) -> MoEExec:
     base = MoEExec(x.strategy, x.chunk, x.drop)
     if x.strategy in ("dropless", "ragged"):
         return base
-    if loads_LE is None and moe_needs_calibration(config):
+    if loads_LE is None and needs_calibration(config):
         if not x.plan:
             return base
         m = config.model
