@@ -12,6 +12,7 @@ from __future__ import annotations
 import ast
 import dataclasses
 import importlib.util
+import json
 import math
 import os
 import re
@@ -153,6 +154,12 @@ def flatten(c, prefix: str = "") -> dict:
         nested = isinstance(v, (Mapping, ml_collections.ConfigDict))
         out.update(flatten(v, f"{prefix}{k}.") if nested else {f"{prefix}{k}": v})
     return out
+
+
+def flat_json(c) -> dict:
+    """:func:`flatten` of ``c`` as it reads back from config.json (tuples become lists, other
+    non-JSON values their ``str``): the form two configs are compared in."""
+    return flatten(json.loads(json.dumps(c.to_dict() if hasattr(c, "to_dict") else c, default=str)))
 
 
 def unflatten(flat: Mapping[str, Any]) -> dict:

@@ -57,16 +57,11 @@ def _identity(config: dict, defaults: dict) -> dict:
             if k not in HASH_IGNORED and k != "seed" and (k not in defaults or defaults[k] != v)}
 
 
-def _flat_json(d) -> dict:
-    from edge_jax.config import flatten
-    return flatten(json.loads(json.dumps(d, default=str)))
-
-
 def stage_dir(root: Path, name: str, config) -> Path:
     """``root/_stages/<name>-<hash>``: the hash covers every config key that differs from its schema
     default (so keys added to the schema later, at their defaults, leave trained stages where they are)."""
-    from edge_jax.config import schema_defaults
-    kept = _identity(_flat_json(config.to_dict()), _flat_json(schema_defaults(config).to_dict()))
+    from edge_jax.config import flat_json, schema_defaults
+    kept = _identity(flat_json(config), flat_json(schema_defaults(config)))
     digest = hashlib.sha1(json.dumps(kept, sort_keys=True).encode()).hexdigest()[:10]
     return root / "_stages" / f"{name}-{digest}"
 
@@ -74,13 +69,13 @@ def stage_dir(root: Path, name: str, config) -> Path:
 def _older_stage(root: Path, name: str, s: int, config) -> Path | None:
     """A finished ``name`` stage for seed ``s`` whose config, upgraded to today's keys
     (:func:`edge_jax.config.upgrade_config`), is ``config``: written before a key was renamed."""
-    from edge_jax.config import schema_defaults, upgrade_config
-    defaults = _flat_json(schema_defaults(config).to_dict())
-    want = _identity(_flat_json(config.to_dict()), defaults)
+    from edge_jax.config import flat_json, schema_defaults, upgrade_config
+    defaults = flat_json(schema_defaults(config))
+    want = _identity(flat_json(config), defaults)
     for wd in sorted((root / "_stages").glob(f"{name}-*/seed{s}")):
         path = wd / "config.json"
         if (wd / "final_metrics.json").exists() and path.exists():
-            if _identity(_flat_json(upgrade_config(json.loads(path.read_text()))), defaults) == want:
+            if _identity(flat_json(upgrade_config(json.loads(path.read_text()))), defaults) == want:
                 return wd
     return None
 

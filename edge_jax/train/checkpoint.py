@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 
+import jax
 import orbax.checkpoint as ocp
 
 
@@ -42,6 +43,16 @@ class Checkpointer:
         # its own checkpointer: the manager serves each item with one handler, the full restore's and save's
         with ocp.PyTreeCheckpointer() as checkpointer:
             return checkpointer.restore(os.path.join(self.directory, str(step), "state"), args=args)["params"]
+
+    def saved_groups(self, step: int) -> set[str]:
+        """The optimizer-group labels the step's train state was saved with (read from its metadata)."""
+        with ocp.PyTreeCheckpointer() as checkpointer:
+            tree = checkpointer.metadata(os.path.join(self.directory, str(step), "state")).item_metadata
+        names = set()
+        for path, _ in jax.tree_util.tree_flatten_with_path(getattr(tree, "tree", tree))[0]:
+            keys = [getattr(k, "key", None) for k in path]
+            names.update(keys[i + 1] for i, k in enumerate(keys[:-1]) if k == "inner_states")
+        return names
 
     def wait(self) -> None:
         self._mgr.wait_until_finished()

@@ -6,6 +6,7 @@ its params are in place, and after training every enabled evaluator adds its met
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
@@ -14,7 +15,7 @@ import time
 import jax
 import numpy as np
 
-from edge_jax.config import flatten, schema_defaults, upgrade_config
+from edge_jax.config import flat_json, schema_defaults, upgrade_config
 from edge_jax.data import make_eval_batches, make_train_iter
 from edge_jax.errors import UserError
 from edge_jax.models.inputs import with_host_inputs
@@ -24,7 +25,7 @@ from edge_jax.train.checkpoint import Checkpointer
 from edge_jax.train.hooks import EvalContext, RunContext, prepare, run_evaluators
 from edge_jax.train.init_from import merge_params, restore_params
 from edge_jax.train.metrics import MetricsWriter, read_jsonl
-from edge_jax.train.optim import ALL, trained_count
+from edge_jax.train.optim import ALL, group_names, rename_groups, trained_count
 from edge_jax.train.setup import build, check_tokenizer
 from edge_jax.train.state import abstract_train_state, create_train_state
 from edge_jax.train.step import make_eval_step, make_train_step
@@ -74,10 +75,10 @@ def save_config(config, workdir: str) -> None:
     path = os.path.join(workdir, "config.json")
     if os.path.exists(os.path.join(workdir, "checkpoints")) and os.path.exists(path):
         with open(path) as f:
-            old = flatten(upgrade_config(json.load(f)))  # in today's keys
-        new = flatten(json.loads(json.dumps(config.to_dict())))  # tuples read back as lists
+            old = flat_json(upgrade_config(json.load(f)))  # in today's keys
+        new = flat_json(config)
         # keys added to the schema after that run count as their defaults
-        old = {**flatten(json.loads(json.dumps(schema_defaults(config).to_dict()))), **old}
+        old = {**flat_json(schema_defaults(config)), **old}
         resumable = resumable_changes()
         changed = sorted(k for k in set(old) | set(new) if old.get(k) != new.get(k) and k not in resumable)
         if changed:
@@ -177,10 +178,17 @@ def _restore(ckpt, step: int, abstract, workdir: str):
     except ValueError as e:
         if "structures do not match" not in str(e):
             raise
-        raise TrainingError(f"checkpoint step {step} in {workdir} holds a train state of another layout (another "
-                            "model, or optimizer groups from other train.trainable / train.lr_multipliers or an "
-                            "older edge_jax); resume it with the config and commit that wrote it, or use a new "
-                            "--workdir") from None
+    # Older edge_jax versions labelled a multiplier group by name ("gate" where it is now "lr0"): one
+    # label on each side that the other lacks is that group, renamed; any other difference still fails.
+    saved, want = ckpt.saved_groups(step), group_names(abstract.opt_state)
+    if len(saved - want) == 1 and len(want - saved) == 1:
+        (old,), (new,) = saved - want, want - saved
+        with contextlib.suppress(ValueError):
+            state, data = ckpt.restore(step, abstract.replace(opt_state=rename_groups(abstract.opt_state, {new: old})))
+            return state.replace(opt_state=rename_groups(state.opt_state, {old: new})), data
+    raise TrainingError(f"checkpoint step {step} in {workdir} holds a train state of another layout (another "
+                        "model, or optimizer groups from other train.trainable / train.lr_multipliers or an "
+                        "older edge_jax); resume it with the config and commit that wrote it, or use a new --workdir")
 
 
 def params_from(workdir: str, params, tokenizer, config):

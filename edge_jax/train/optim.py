@@ -109,3 +109,26 @@ def trained_count(params, trainable: str = ALL) -> tuple[int, int]:
 
 def _matrices_only(params):
     return jax.tree_util.tree_map(lambda p: p.ndim > 1, params)
+
+
+def group_names(opt_state) -> set[str]:
+    """The labels of ``opt_state``'s optimizer groups that hold state (a checkpoint keeps only those)."""
+    found: set[str] = set()
+    _map_groups(opt_state, lambda groups: found.update(k for k, v in groups.items() if jax.tree_util.tree_leaves(v))
+                or groups)
+    return found
+
+
+def rename_groups(opt_state, renames: dict[str, str]):
+    """``opt_state`` with its optimizer groups relabelled ``old -> new`` (the group states unchanged)."""
+    return _map_groups(opt_state, lambda groups: {renames.get(k, k): v for k, v in groups.items()})
+
+
+def _map_groups(tree, fn):
+    if isinstance(tree, optax.MultiTransformState):
+        return tree._replace(inner_states=fn(dict(tree.inner_states)))
+    if isinstance(tree, tuple) and hasattr(tree, "_fields"):
+        return type(tree)(*(_map_groups(x, fn) for x in tree))
+    if isinstance(tree, (tuple, list)):
+        return type(tree)(_map_groups(x, fn) for x in tree)
+    return tree

@@ -195,3 +195,30 @@ def test_finished_runs_evaluate_whichever_optimizer_wrote_them(tiny_config, tmp_
     run, state, step = restore_latest(wd)
     assert step == 3 and state.opt_state is None
     jax.tree_util.tree_map(np.testing.assert_array_equal, state.params, params)
+
+
+def test_a_run_saved_with_an_old_group_label_resumes(tiny_config, tmp_path):
+    """Checkpoints of older edge_jax versions labelled the gate's multiplier group ``gate`` (now
+    ``lr0``): resuming one restores that group's optimizer state under today's label."""
+    from edge_jax.train.checkpoint import Checkpointer
+    from edge_jax.train.loop import _restore
+    from edge_jax.train.optim import group_names, rename_groups
+    from edge_jax.train.setup import build
+    from edge_jax.train.state import abstract_train_state, create_train_state
+    run = build(tiny_config(**{"train.lr_multipliers": (".*embed.*=0.5",)}))
+    state = create_train_state(run.model, run.tx, run.mesh, 0)[0]
+    grads = jax.tree_util.tree_map(lambda p: jnp.full_like(p, 0.1), state.params)
+    state = state.apply_gradients(grads=grads)  # non-zero moments in every group
+    old = state.replace(opt_state=rename_groups(state.opt_state, {"lr0": "gate"}))
+    assert group_names(old.opt_state) == {"gate", "train"}  # "frozen" holds no state
+    ckpt = Checkpointer(str(tmp_path / "ckpt"), 3, 1)
+    try:
+        ckpt.save(1, old, {"step": 1}, force=True)
+        ckpt.wait()
+        assert ckpt.saved_groups(1) == {"gate", "train"}
+        abstract = abstract_train_state(run.model, run.tx, run.mesh)[0]
+        restored, data = _restore(ckpt, 1, abstract, str(tmp_path))
+    finally:
+        ckpt.close()
+    assert data == {"step": 1} and group_names(restored.opt_state) == {"lr0", "train"}
+    jax.tree_util.tree_map(np.testing.assert_array_equal, restored.opt_state, state.opt_state)

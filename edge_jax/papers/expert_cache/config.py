@@ -54,15 +54,11 @@ def needs_scout(c) -> bool:
     return CACHE_POLICIES.get(c.cache.policy).scout(c)
 
 
-def _choice(key: str, value: str, valid) -> None:
-    if value not in valid:
-        raise ConfigError(unknown(f"{key} value", value, valid))
-
-
 def validate(c) -> None:
     """One-line ConfigError for values and combinations that cannot run."""
     CACHE_POLICIES.check(c.cache.policy)
-    _choice("trace.source", c.trace.source, SOURCES)
+    if c.trace.source not in SOURCES:
+        raise ConfigError(unknown("trace.source value", c.trace.source, SOURCES))
     if c.trace.source == "file" and not c.trace.path:
         raise ConfigError("trace.path is empty; pass a trace file (edge-jax moe trace --workdir W --out DIR) or "
                           "set trace.source=synthetic")

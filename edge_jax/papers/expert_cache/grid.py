@@ -6,6 +6,9 @@ policy ``none``) and cells that use it load it (``scoutgate.from_dir``).
 """
 from __future__ import annotations
 
+from edge_jax.papers.expert_cache.config import base_config
+from edge_jax.papers.expert_cache.engine import CACHE_POLICIES
+
 PRESETS = ("tiny",)
 BASE = "configs/cache.py"
 METRIC = "stall_ms_per_token"
@@ -15,7 +18,6 @@ TRACES = {
     "real": {"trace.source": "file", "trace.path": "results/npumoe_traces/seed{seed}/pystdlib_validation.npz"},
     "synthetic": {"trace.source": "synthetic", "trace.path": "", "synthetic.d_embed": 128},
 }
-SCOUT_POLICIES = ("scoutgate", "watermark")
 PAPER = {"metric": "none: the paper's results section is empty", "values": {}, "higher_is_better": False,
          "source": "two-tier MoE expert cache paper, §5 (empty); these are the first published numbers"}
 
@@ -29,10 +31,19 @@ def stages() -> dict:
     return {f"scout_{t}": {"base": f"{BASE}:policy=none", "overrides": dict(o)} for t, o in TRACES.items()}
 
 
+def reads_scout(policy: str, eta: float | None = None) -> bool:
+    """Whether a cell of ``policy`` (at ``predictor.eta``, the schema default if None) loads ScoutGate:
+    the policy's own ``scout`` rule, read from its registration."""
+    c = base_config()
+    if eta is not None:
+        c.predictor.eta = eta
+    return CACHE_POLICIES.get(policy).scout(c)
+
+
 def cell(trace: str, vram: float, policy: str, **predictor) -> dict:
     out = {**TRACES[trace], "cache.vram_fraction": vram, "cache.policy": policy,
            **{f"predictor.{k}": v for k, v in predictor.items()}}
-    if policy in SCOUT_POLICIES and predictor.get("eta", 1.0) > 0:
+    if reads_scout(policy, predictor.get("eta")):
         out["scoutgate.from_dir"] = f"{{stage:scout_{trace}}}"
     return out
 
