@@ -32,6 +32,7 @@ LOGICAL_RULES = (
     ("mem", None),          # MeKi / PLE / Engram memory width
     ("ngram", "tensor"),    # rows of the hashed Engram tables, sharded like the vocabulary
     ("expert", None),       # MoE experts: replicated; each expert's width follows "mlp"
+    ("layers", None),       # the scanned layer axis (model.scan_layers): every device holds every layer
 )
 
 

@@ -41,6 +41,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                       help="run only unit K of --list (for job arrays)")
     mode.add_argument("--tables-only", action="store_true",
                       help="only rebuild table.md, table.csv and curves.png from records")
+    mode.add_argument("--compile-only", action="store_true",
+                      help="train nothing: compile every training run for --topology and write "
+                           "results/<name>/<preset>_compile.md (docs/compile.md)")
+    parser.add_argument("--topology", default=None, help="with --compile-only: a TPU type (v5p-128, v5e-256 ...), "
+                        "cpu:N or local")
+    parser.add_argument("--slices", type=int, default=1, help="with --compile-only: TPU slices over DCN")
+    parser.add_argument("--mesh", default=None, help="with --compile-only: AXIS=SIZE over data, fsdp, tensor "
+                        "(default: data = slices, fsdp = the other devices)")
 
 
 def default_out(grid: spec.Grid) -> Path:
@@ -82,6 +90,8 @@ def run(args: argparse.Namespace, *, train_fn: runner.TrainFn | None = None,
         return error("--set seed=... is not allowed; use --seeds")
     out = Path(args.out) if args.out else default_out(grid)
 
+    if getattr(args, "compile_only", False):
+        return _compile_only(grid, args, extra, load_config, log, error)
     if args.list:
         for u in units:
             done = runner.record_path(out, u).exists()
@@ -123,6 +133,25 @@ def run(args: argparse.Namespace, *, train_fn: runner.TrainFn | None = None,
         log(f"error: {failed} cell(s) failed: "
             + ", ".join(u.label for u, _ in summary.failed))
         return 1
+    return 0
+
+
+def _compile_only(grid, args, extra, load_config, log, error) -> int:
+    from edge_jax.compile.chips import make_target, prepare_environment
+    from edge_jax.compile.command import parse_mesh
+    from edge_jax.errors import UserError
+    from edge_jax.grid.compile_table import compile_grid
+    if not args.topology:
+        return error("--compile-only needs --topology (e.g. v5p-128, v5e-256, cpu:8)")
+    prepare_environment(args.topology)  # too late if a backend has started: the CLI calls it first
+    try:
+        target = make_target(args.topology, args.slices)
+        path = compile_grid(grid, target, parse_mesh(args.mesh, args.slices),
+                            Path(args.out) if args.out else Path("results") / grid.name,
+                            load_config or runner.default_load_config, extra, log)
+    except UserError as e:
+        return error(str(e))
+    log(f"wrote {path}")
     return 0
 
 

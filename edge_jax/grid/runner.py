@@ -87,7 +87,7 @@ def _default_train_fn(config, wd: str) -> dict:
     return RUNNERS.get(task_of(config))(config, wd)
 
 
-def _default_load_config(base: str, overrides: dict):
+def default_load_config(base: str, overrides: dict):
     from edge_jax.config import load_config
     return load_config(base, overrides)
 
@@ -103,7 +103,7 @@ def run_grid(grid: Grid, out: str | Path, units: Iterable[Unit], *,
     donors = sibling_outputs(out) if reuse else []
     check_out_dir(grid, out)
     train_fn = train_fn or _default_train_fn
-    load_config = load_config or _default_load_config
+    load_config = load_config or default_load_config
     units = list(units)
     summary = RunSummary()
     for i, unit in enumerate(units):
@@ -140,7 +140,7 @@ def run_grid(grid: Grid, out: str | Path, units: Iterable[Unit], *,
 def run_unit(grid: Grid, unit: Unit, out: str | Path, *,
              extra_overrides: dict[str, Any] | None = None,
              train_fn: TrainFn = _default_train_fn,
-             load_config: LoadConfigFn = _default_load_config,
+             load_config: LoadConfigFn = default_load_config,
              reuse_from: Iterable[Path] = ()) -> dict:
     """Train one cell x seed in its workdir (or reuse an identical run) and write its record."""
     t0 = time.time()

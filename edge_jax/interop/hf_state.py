@@ -11,6 +11,8 @@ from typing import Any, Callable, Mapping
 
 import numpy as np
 
+from edge_jax.models.scan import stack_layers
+
 _IGNORED_SUFFIXES = ("rotary_emb.inv_freq",)  # non-persistent buffers some checkpoints still carry
 
 
@@ -74,7 +76,8 @@ class StateDictReader:
 
 def decoder_params(reader: StateDictReader, cfg, attention: Callable[[str], dict]) -> dict:
     """``{"params": ...}`` for ``DecoderLM(cfg)``: ``attention(prefix)`` builds each layer's ``attn``
-    subtree from ``layers.{i}.self_attn.*``; the rest is the common Llama-style layout."""
+    subtree from ``layers.{i}.self_attn.*``; the rest is the common Llama-style layout. With
+    ``cfg.scan_layers`` the layers come stacked (:func:`edge_jax.models.scan.stack_layers`)."""
     import jax.numpy as jnp
 
     V, D, F, get, linear = cfg.vocab_size, cfg.d_model, cfg.d_ff, reader.get, reader.linear
@@ -98,4 +101,6 @@ def decoder_params(reader: StateDictReader, cfg, attention: Callable[[str], dict
     if extra:
         raise ValueError(f"unexpected tensors not used by DecoderLM ({len(extra)}): {', '.join(extra[:5])}"
                          + (", ..." if len(extra) > 5 else ""))
+    if getattr(cfg, "scan_layers", False):  # one scanned block: layers/... with a leading layer axis
+        params = stack_layers(params, cfg.n_layers)
     return {"params": _tree_map(lambda a: jnp.asarray(np.ascontiguousarray(a), dtype=jnp.float32), params)}

@@ -15,6 +15,7 @@ from edge_jax.layers import ffn as _ffn
 from edge_jax.layers import memory as _memory  # noqa: F401  (registers the memory kinds and their keys)
 from edge_jax.layers.moe import layer as _moe  # noqa: F401  (registers the MoE keys)
 from edge_jax.layers.moe.plan import MoEExec
+from edge_jax.models.scan import check_remat, check_scan
 from edge_jax.registry import SECTIONS, Section
 
 DTYPES = ("float32", "bfloat16")
@@ -63,6 +64,23 @@ def _validate(c) -> None:
 SECTIONS.register("decoder", Section("model", DecoderKeys, _validate, order=0))
 
 
+@dataclasses.dataclass(frozen=True)
+class LayerStackKeys:
+    """How the layer stack compiles and what its backward pass keeps (:mod:`edge_jax.models.scan`):
+    ``scan_layers`` runs one scanned block (params ``layers/...`` with a leading layer axis; needs
+    identical layers); ``remat`` is one of :data:`~edge_jax.models.scan.REMAT_POLICIES`."""
+    scan_layers: bool = False
+    remat: str = "none"
+
+
+def _validate_stack(c) -> None:
+    check_remat(c.model.remat)
+    check_scan(c.model)
+
+
+SECTIONS.register("layer_stack", Section("model", LayerStackKeys, _validate_stack))
+
+
 def model_sections() -> list[Section]:
     """The ``model`` sections registered so far, in merge order."""
     found = [s for _, s in SECTIONS.registered() if s.section == "model"]
@@ -70,6 +88,12 @@ def model_sections() -> list[Section]:
 
 
 class _Methods:
+    def __post_init__(self):
+        """The layer-stack keys checked on every ModelConfig (also one built or replaced in code,
+        e.g. with calibrated MoE plans that may differ by layer)."""
+        check_remat(self.remat)
+        check_scan(self)
+
     def moe_layer_ids(self) -> tuple[int, ...]:
         """The layers whose FFN is a MoE (``moe_layers``, or every layer when it is empty)."""
         if self.moe_experts <= 0:

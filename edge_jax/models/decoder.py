@@ -22,6 +22,10 @@ Token-indexed memories (``model.memory``):
     ple     ple_inputs/... (model level), layers_i/ple/... added at the end of each layer.
     engram  layers_i/engram/... added to the residual before attention at ``engram_layers``;
             needs ``ngram_ids`` hashed on the host (:mod:`edge_jax.models.inputs`).
+
+``model.scan_layers`` builds the stack as one ``nn.scan`` over a :class:`ScannedBlock`: every
+``layers_i/X`` above becomes ``layers/X`` with a leading layer axis (:mod:`edge_jax.models.scan`
+converts). ``model.remat`` wraps the block in ``nn.remat`` with the policy it names.
 """
 from __future__ import annotations
 
@@ -34,14 +38,16 @@ from edge_jax.layers.memory.base import HOST_INPUTS, MEMORY_KINDS
 from edge_jax.layers.moe.layer import MoE
 from edge_jax.layers.norms import RMSNorm
 from edge_jax.models.config import ModelConfig
+from edge_jax.models.scan import REMAT_POLICIES, STACKED
 
-__all__ = ["Block", "DecoderLM", "ModelConfig"]
+__all__ = ["Block", "DecoderLM", "ModelConfig", "ScannedBlock"]
 
 
 class Block(nn.Module):
     """One layer: attention and FFN (or MoE) residuals, plus the memory kind's residual branches
     at their sites (:mod:`edge_jax.layers.memory.base`). ``ctx`` carries what the branches need:
-    tokens, the input embedding, the host inputs and what the memory kind prepared."""
+    tokens, the input embedding, the host inputs and what the memory kind prepared, with the
+    per-layer entries (``attn_context``, the memory kind's ``per_layer``) already this layer's."""
     cfg: ModelConfig
     layer: int
 
@@ -55,6 +61,10 @@ class Block(nn.Module):
 
     @nn.compact
     def __call__(self, h_BTD, positions_BT, ctx):
+        return self.forward(h_BTD, positions_BT, ctx)
+
+    def forward(self, h_BTD, positions_BT, ctx):
+        """The layer (called inside the compact ``__call__`` of this class or of :class:`ScannedBlock`)."""
         c = self.cfg
         common = dict(init_std=c.init_std, dtype=c.dtype, param_dtype=c.param_dtype)
         branches = MEMORY_KINDS.get(c.memory).branches(c, self.layer)
@@ -62,8 +72,7 @@ class Block(nn.Module):
             h_BTD = h_BTD + branches["pre_attn"](h_BTD, ctx)
         x = RMSNorm(c.norm_eps, "norm", c.param_dtype, name="attn_norm")(h_BTD)
         attention = ATTENTION_KINDS.get(c.attention)(c, **common)
-        contexts = ctx.get("attn_context")
-        a_BTD = attention(x, positions_BT, None if contexts is None else contexts[self.layer])
+        a_BTD = attention(x, positions_BT, ctx.get("attn_context"))
         h_BTD = h_BTD + a_BTD
         if "attn" in branches:
             h_BTD = h_BTD + branches["attn"](x, ctx)
@@ -79,6 +88,40 @@ class Block(nn.Module):
         if "post_ffn" in branches:
             h_BTD = h_BTD + branches["post_ffn"](h_BTD, ctx)
         return h_BTD
+
+
+class ScannedBlock(Block):
+    """The block as ``nn.scan`` wants it: ``(h, this layer's inputs) -> (h, h or None)``; ``layer``
+    is 0, which stands for every layer since :func:`~edge_jax.models.scan.scan_blocker` passed."""
+    return_hidden: bool = False
+
+    @nn.compact
+    def __call__(self, h_BTD, layer_inputs, positions_BT, ctx):
+        h_BTD = self.forward(h_BTD, positions_BT, {**ctx, **layer_inputs})
+        h_BTD = nn.with_logical_constraint(h_BTD, ("batch", "seq", "embed"))
+        return h_BTD, (h_BTD if self.return_hidden else None)
+
+
+def remat_block(block_cls, cfg: ModelConfig, scanned: bool):
+    """``block_cls`` wrapped in ``nn.remat`` with ``model.remat``'s policy (unchanged under "none").
+    CSE prevention is needed in an unrolled loop only; under scan it would block optimisations."""
+    if cfg.remat == "none":
+        return block_cls
+    return nn.remat(block_cls, policy=REMAT_POLICIES[cfg.remat], prevent_cse=not scanned)
+
+
+def per_layer_inputs(cfg: ModelConfig, ctx: dict) -> dict:
+    """The ``ctx`` entries that hold one value per layer, layer axis first: the memory kind's
+    ``per_layer`` arrays ``[B, T, L, ...]`` moved to ``[L, B, T, ...]``."""
+    keys = MEMORY_KINDS.get(cfg.memory).per_layer
+    return {k: jnp.moveaxis(ctx[k], 2, 0) for k in keys if ctx.get(k) is not None}
+
+
+def layer_ctx(ctx: dict, stacked: dict, i: int) -> dict:
+    """``ctx`` for layer ``i`` of the unrolled loop: the per-layer entries cut to layer ``i``."""
+    contexts = ctx.get("attn_context")
+    return {**ctx, **{k: v[i] for k, v in stacked.items()},
+            "attn_context": None if contexts is None else contexts[i]}
 
 
 class DecoderLM(nn.Module):
@@ -112,11 +155,16 @@ class DecoderLM(nn.Module):
                "attn_context": attn_context}
         if memory.prepare is not None:
             memory.prepare(c, ctx)
-        hidden = []
-        for i in range(c.n_layers):
-            h = Block(c, i, name=f"layers_{i}")(h, positions_BT, ctx)
-            h = nn.with_logical_constraint(h, ("batch", "seq", "embed"))
-            hidden.append(h)
+        stacked = per_layer_inputs(c, ctx)
+        if c.scan_layers:
+            h, hidden = self._scanned(h, positions_BT, ctx, stacked, return_hidden)
+        else:
+            hidden = []
+            block_cls = remat_block(Block, c, scanned=False)
+            for i in range(c.n_layers):
+                h = block_cls(c, i, name=f"layers_{i}")(h, positions_BT, layer_ctx(ctx, stacked, i))
+                h = nn.with_logical_constraint(h, ("batch", "seq", "embed"))
+                hidden.append(h)
         h = RMSNorm(c.norm_eps, "norm", c.param_dtype, name="final_norm")(h)
         if c.tie_embeddings:
             logits = embed.attend(h)
@@ -127,3 +175,18 @@ class DecoderLM(nn.Module):
                                                                        ("embed", "vocab")))(h)
         logits = logits.astype(jnp.float32)
         return (logits, hidden) if return_hidden else logits
+
+    def _scanned(self, h, positions_BT, ctx, stacked, return_hidden):
+        """The stack as one scanned block (``model.scan_layers``): ``(h, per-layer hidden states)``.
+        The per-layer inputs are scanned over, everything else in ``ctx`` is shared by every layer."""
+        c = self.cfg
+        if ctx.get("attn_context") is not None:
+            raise ValueError("attn_context (explicit per-layer KV caches) needs the unrolled stack; decode "
+                             "with model.scan_layers=False and params from edge_jax.models.scan.unstack_layers")
+        shared = {k: v for k, v in ctx.items() if k not in stacked}
+        scan = nn.scan(remat_block(ScannedBlock, c, scanned=True),
+                       variable_axes={"params": 0, "losses": 0, "intermediates": 0},
+                       split_rngs={"params": True}, in_axes=(0, nn.broadcast, nn.broadcast),
+                       length=c.n_layers, metadata_params={nn.PARTITION_NAME: STACKED})
+        h, hidden_L = scan(c, 0, return_hidden, name=STACKED)(h, stacked, positions_BT, shared)
+        return h, ([hidden_L[i] for i in range(c.n_layers)] if return_hidden else None)

@@ -19,6 +19,7 @@ import jax.numpy as jnp
 
 from edge_jax.layers.memory.meki import MeKiExpert
 from edge_jax.models.decoder import ModelConfig
+from edge_jax.models.scan import stack_layers, unstack_layers
 
 FOLD_CHUNK = 16_384  # vocabulary rows per evaluation of G (bounds memory at paper vocabularies)
 
@@ -48,9 +49,13 @@ def fold_table(cfg: ModelConfig, expert_params, embedding_VD):
 
 
 def fold_meki(params: Mapping, cfg: ModelConfig) -> tuple[dict, ModelConfig]:
-    """``(inference_params, inference_cfg)`` for a training-form MeKi model; ``params`` is unchanged."""
+    """``(inference_params, inference_cfg)`` for a training-form MeKi model; ``params`` is unchanged.
+    A scanned model (``model.scan_layers``) is folded layer by layer and stacked again."""
     if cfg.memory != "meki":
         raise FoldError(f"model.memory={cfg.memory!r} has no MeKi memory to fold; fold a MeKi model")
+    if cfg.scan_layers:
+        folded, folded_cfg = fold_meki(unstack_layers(nn.unbox(params)), dataclasses.replace(cfg, scan_layers=False))
+        return stack_layers(folded, cfg.n_layers), dataclasses.replace(folded_cfg, scan_layers=True)
     if cfg.meki_folded or any("table" in params[f"layers_{i}"]["meki"] for i in range(cfg.n_layers)):
         raise FoldError("these MeKi parameters are already folded (they hold meki/table); "
                         "fold the training-form parameters instead")

@@ -14,6 +14,7 @@ import jax
 import ml_collections
 
 from edge_jax.config import ConfigError
+from edge_jax.models.scan import like_layout
 from edge_jax.train.checkpoint import Checkpointer
 from edge_jax.train.optim import ALL, param_path, trainable_pattern
 from edge_jax.train.setup import build
@@ -46,8 +47,9 @@ def restore_params(workdir: str):
 
 def merge_params(target, source, where: str, trainable: str = ALL):
     """``target`` with every leaf ``source`` also has replaced by the source's value; a param only
-    ``target`` has must train on a frozen base (match ``trainable``, which is not the default)."""
-    have, want = _flat(source), _flat(target)
+    ``target`` has must train on a frozen base (match ``trainable``, which is not the default).
+    A base with the other layer layout (``model.scan_layers``) is stacked or unstacked to ``target``'s."""
+    have, want = _flat(like_layout(source, target)), _flat(target)
     extra = [k for k in have if k not in want]
     if extra:
         raise ConfigError(f"init_from={where!r} has param {extra[0]} that this model lacks; the base and "

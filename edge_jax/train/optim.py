@@ -15,6 +15,7 @@ import jax.numpy as jnp
 import optax
 
 from edge_jax.config import parse_lr_multipliers, trainable_pattern
+from edge_jax.models.scan import STACKED
 
 
 def make_schedule(t) -> optax.Schedule:
@@ -41,7 +42,8 @@ def make_schedule(t) -> optax.Schedule:
 
 
 def make_optimizer(t) -> tuple[optax.GradientTransformation, optax.Schedule]:
-    """AdamW with global-norm clipping; weight decay skips 1-D params (norm scales).
+    """AdamW with global-norm clipping; weight decay skips 1-D params (norm scales; per layer under
+    ``model.scan_layers``, whose paths read ``layers/attn/q_proj/kernel``).
 
     ``train.trainable`` (a regex over param paths like ``layers_0/attn/q_proj/kernel``) picks the
     params that train: the others get zero updates and stay out of the clipping norm. A param that
@@ -108,7 +110,11 @@ def trained_count(params, trainable: str = ALL) -> tuple[int, int]:
 
 
 def _matrices_only(params):
-    return jax.tree_util.tree_map(lambda p: p.ndim > 1, params)
+    """Weight decay's mask: params with 2+ axes, not counting the scanned layer axis (under
+    ``model.scan_layers`` a norm scale ``layers/.../scale`` is [L, D] and still skips decay)."""
+    def is_matrix(path, p):
+        return p.ndim - (param_path(path).split("/")[0] == STACKED) > 1
+    return jax.tree_util.tree_map_with_path(is_matrix, params)
 
 
 def group_names(opt_state) -> set[str]:

@@ -40,10 +40,15 @@ class MemoryKind:
     """``branches(cfg, layer) -> {site: fn(x_BTD, ctx) -> delta_BTD}`` builds the layer's branches
     (inside the block's compact scope, so their params live under ``layers_i``). ``prepare(cfg, ctx)``
     runs once per forward at model level, in the model's scope: it checks the host inputs and adds
-    what every layer shares to ``ctx``. ``accepts``: the host inputs (:data:`HOST_INPUTS`) it takes."""
+    what every layer shares to ``ctx``. ``accepts``: the host inputs (:data:`HOST_INPUTS`) it takes.
+    ``per_layer``: the ``ctx`` entries with a layer axis (``[B, T, L, ...]``, e.g. PLE's per-layer
+    inputs); the decoder hands each block its layer's slice ``[B, T, ...]`` under the same name
+    (sliced in the unrolled loop, scanned over with ``model.scan_layers``), so a branch never
+    indexes by layer."""
     branches: Callable
     prepare: Callable | None = None
     accepts: tuple = ()
+    per_layer: tuple = ()
 
 
 MEMORY_KINDS: Registry[MemoryKind] = Registry("memory kind", key="model.memory")

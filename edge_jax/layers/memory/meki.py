@@ -170,7 +170,8 @@ def _validate(c) -> None:
 
 
 def _branch(cfg, layer: int):
-    """MeKi's residual branch in layer ``layer``: at its position's site, from the site's input."""
+    """MeKi's residual branch in layer ``layer``: at its position's site, from the site's input
+    (``ctx["meki_rows"]``, when given, is this layer's slice [B, T, d_mem])."""
     place = POSITIONS.get(cfg.meki_position)
 
     def apply(x_BTD, ctx):
@@ -179,7 +180,7 @@ def _branch(cfg, layer: int):
         rows = ctx.get("meki_rows")
         return MeKi(cfg.vocab_size, cfg.d_mem, cfg.meki_static, cfg.meki_dynamic, cfg.meki_projection,
                     cfg.meki_fusion, cfg.meki_folded, cfg.norm_eps, cfg.init_std, cfg.dtype, cfg.param_dtype,
-                    name="meki")(x_BTD, ctx["tokens"], ctx["embedded"], None if rows is None else rows[:, :, layer])
+                    name="meki")(x_BTD, ctx["tokens"], ctx["embedded"], rows)
     return {place.site: apply}
 
 
@@ -189,4 +190,5 @@ def _prepare(cfg, ctx: dict) -> None:
 
 
 SECTIONS.register("meki", Section("model", MeKiKeys, _validate))
-MEMORY_KINDS.register("meki", MemoryKind(_branch, prepare=_prepare, accepts=("meki_rows",)))
+MEMORY_KINDS.register("meki", MemoryKind(_branch, prepare=_prepare, accepts=("meki_rows",),
+                                         per_layer=("meki_rows",)))

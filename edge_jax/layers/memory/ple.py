@@ -86,8 +86,8 @@ def _prepare(cfg, ctx: dict) -> None:
 def _branch(cfg, layer: int):
     def apply(h_BTD, ctx):
         return PLEBlock(cfg.d_mem, cfg.norm_eps, cfg.init_std, cfg.dtype, cfg.param_dtype, name="ple")(
-            h_BTD, ctx["ple"][:, :, layer])
+            h_BTD, ctx["ple"])  # this layer's slice [B, T, d_ple] (MemoryKind.per_layer)
     return {"post_ffn": apply}
 
 
-MEMORY_KINDS.register("ple", MemoryKind(_branch, prepare=_prepare))
+MEMORY_KINDS.register("ple", MemoryKind(_branch, prepare=_prepare, per_layer=("ple",)))

@@ -13,6 +13,9 @@ MEKI = {}  # the base config is MeKi with the paper's choices
 TINY_PLUS = {"model.d_model": 192, "model.n_heads": 6, "model.d_ff": 576, "model.d_mem": 96}
 # MeKi-1.7B (Table 5) as overrides of the 0.6B paper base.
 PAPER_1P7B = {"model.d_model": 2048, "model.d_ff": 6144, "model.d_mem": 256}
+# MeKi-4B (Table 5): Qwen3-4B's shape as overrides of the same base.
+PAPER_4B = {"model.d_model": 2560, "model.n_layers": 36, "model.n_heads": 32, "model.d_ff": 9728,
+            "model.d_mem": 512}
 # tokens_per_s is left out: grid cells share the CPU, so their speeds say nothing (see bench meki-decode).
 EXTRA_METRICS = ["val_ppl", "exact_match", "answer_nll", "train_loss"]
 ZERO_SHOT = "avg zero-shot accuracy over 10 tasks (%)"

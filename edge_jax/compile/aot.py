@@ -1,0 +1,189 @@
+"""Ahead-of-time compilation of the real train step (and the decode step) for a compile target.
+
+The step is the one training runs (:func:`edge_jax.train.step.make_train_step`, jitted with the
+train state's shardings and donation, as :mod:`edge_jax.train.loop` does); its arguments are
+``jax.ShapeDtypeStruct`` trees carrying NamedShardings over a mesh of the target's devices, so
+nothing is allocated and the target's devices need not be present: ``lower(...).compile()`` runs
+the target's own compiler (libtpu for a TPU slice). What comes back is the compiler's word on
+memory (``memory_analysis``) and work (``cost_analysis``), per device.
+"""
+from __future__ import annotations
+
+import dataclasses
+import time
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import ml_collections
+import numpy as np
+from jax.experimental import mesh_utils
+from jax.sharding import Mesh, NamedSharding
+from jax.sharding import PartitionSpec as P
+
+from edge_jax.compile.chips import Target
+from edge_jax.config import ConfigError
+from edge_jax.models import DecoderLM
+from edge_jax.models.count import ROM_AXES, abstract_params
+from edge_jax.sharding import MESH_AXES, batch_sharding, check_divisible, replicated
+from edge_jax.train.optim import make_optimizer
+from edge_jax.train.setup import model_config
+from edge_jax.train.state import abstract_train_state
+from edge_jax.train.step import make_train_step
+
+
+@dataclasses.dataclass
+class CompileStats:
+    """The compiler's figures for one step, per device (bytes, FLOPs), and the inputs' sizes."""
+    step: str                   # "train" or "decode"
+    mesh: dict
+    batch: int
+    seq: int
+    grad_accum: int
+    remat: str
+    state_bytes: int            # params + optimizer state held by one device (from the shardings)
+    param_bytes: int
+    argument_bytes: int
+    output_bytes: int
+    alias_bytes: int
+    temp_bytes: int
+    code_bytes: int
+    flops: float                # compiled FLOPs per device per step (remat recompute included)
+    bytes_accessed: float
+    model_flops: float          # 6 N T + attention, all devices together (for MFU)
+    tokens: int                 # tokens per step
+    compile_s: float
+
+    @property
+    def total_bytes(self) -> int:
+        """Peak HBM a device holds during the step: arguments and outputs (donated ones counted
+        once), temporaries and the program."""
+        return self.argument_bytes + self.output_bytes - self.alias_bytes + self.temp_bytes + self.code_bytes
+
+
+def mesh_for(target: Target, mesh_cfg) -> Mesh:
+    """The ``data x fsdp x tensor`` mesh over every device of ``target``; with several slices the
+    ``data`` axis runs across them (DCN) and must be a multiple of the slice count."""
+    n = len(target.devices)
+    sizes = [int(mesh_cfg[a]) for a in MESH_AXES]
+    free = [a for a, s in zip(MESH_AXES, sizes) if s == -1]
+    fixed = int(np.prod([s for s in sizes if s != -1]))
+    if len(free) > 1 or fixed < 1 or n % fixed or (not free and fixed != n):
+        raise ConfigError(f"mesh {dict(zip(MESH_AXES, sizes))} does not use the {n} devices of {target.name}; "
+                          f"make data*fsdp*tensor = {n} (one axis may be -1)")
+    if free:
+        sizes[MESH_AXES.index(free[0])] = n // fixed
+    shape = dict(zip(MESH_AXES, sizes))
+    if target.slices > 1:
+        if shape["data"] % target.slices:
+            raise ConfigError(f"mesh data={shape['data']} must be a multiple of the {target.slices} slices (the "
+                              "data axis crosses slices over DCN); raise mesh.data")
+        per_slice = (shape["data"] // target.slices, shape["fsdp"], shape["tensor"])
+        devices = mesh_utils.create_hybrid_device_mesh(per_slice, (target.slices, 1, 1), list(target.devices))
+    else:
+        try:
+            devices = mesh_utils.create_device_mesh(tuple(sizes), list(target.devices))
+        except (ValueError, NotImplementedError, AssertionError):  # no topology-aware layout: plain order
+            devices = np.asarray(target.devices).reshape(sizes)
+    return Mesh(devices, MESH_AXES)
+
+
+def _per_device_bytes(tree) -> int:
+    total = 0
+    for leaf in jax.tree_util.tree_leaves(tree):
+        shape = leaf.sharding.shard_shape(leaf.shape) if getattr(leaf, "sharding", None) else leaf.shape
+        total += int(np.prod(shape)) * jnp.dtype(leaf.dtype).itemsize
+    return total
+
+
+def model_flops(cfg, tokens: int, seq: int, train: bool = True) -> float:
+    """Model FLOPs of a step (PaLM's count, all devices together): ``6 N`` per token over the
+    matmul params N (embedding only when tied, MoE experts at top_k / experts, token-indexed memory
+    tables excluded: they are looked up, not multiplied), plus ``12 L H K T`` per token for
+    attention scores and values (non-causal count). Forward only: a third of it."""
+    boxed = abstract_params(DecoderLM(cfg))["params"]
+    n = 0.0
+    for leaf in jax.tree_util.tree_leaves(boxed, is_leaf=lambda x: isinstance(x, nn.Partitioned)):
+        names, shape = tuple(getattr(leaf, "names", ())), nn.unbox(leaf).shape
+        if len(shape) < 2 or names in ROM_AXES or (names == ("vocab", "embed") and not cfg.tie_embeddings):
+            continue
+        size = float(np.prod(shape))
+        n += size * cfg.moe_top_k / cfg.moe_experts if "expert" in names else size
+    per_token = 6 * n + 12 * cfg.n_layers * cfg.n_heads * cfg.head_dim * seq
+    return per_token * tokens / (1 if train else 3)
+
+
+def _stats(step, lowered_fn, mesh, config, tokens, seq, batch, state_abs, params_abs, cfg, train=True):
+    start = time.perf_counter()
+    compiled = lowered_fn()
+    seconds = time.perf_counter() - start
+    mem = compiled.memory_analysis()
+    cost = compiled.cost_analysis()
+    cost = cost[0] if isinstance(cost, (list, tuple)) else cost
+    return CompileStats(step=step, mesh=dict(mesh.shape), batch=batch, seq=seq,
+                        grad_accum=int(config.train.grad_accum), remat=str(config.model.get("remat", "none")),
+                        state_bytes=_per_device_bytes(state_abs), param_bytes=_per_device_bytes(params_abs),
+                        argument_bytes=int(mem.argument_size_in_bytes), output_bytes=int(mem.output_size_in_bytes),
+                        alias_bytes=int(mem.alias_size_in_bytes), temp_bytes=int(mem.temp_size_in_bytes),
+                        code_bytes=int(mem.generated_code_size_in_bytes), flops=float(cost.get("flops", 0.0)),
+                        bytes_accessed=float(cost.get("bytes accessed", 0.0)),
+                        model_flops=model_flops(cfg, tokens, seq, train), tokens=tokens, compile_s=seconds)
+
+
+def check_vocab(config) -> None:
+    if not config.model.vocab_size:
+        raise ConfigError("model.vocab_size is 0 (taken from the tokenizer at train time); compiling needs it "
+                          "fixed: pass --config.model.vocab_size=N or a paper size whose preset sets it")
+
+
+def compile_train(config: ml_collections.ConfigDict, target: Target) -> CompileStats:
+    """Compile the train step of ``config`` (its data.batch_size x data.seq_len, train.grad_accum,
+    mesh) for ``target``; a config the target cannot hold fails in the compiler (see
+    :func:`edge_jax.compile.fit.compile_or_oom`)."""
+    check_vocab(config)
+    mesh = mesh_for(target, config.mesh)
+    check_divisible(config, mesh)
+    cfg = model_config(config)
+    model = DecoderLM(cfg)
+    tx, schedule = make_optimizer(config.train)
+    state_abs, shardings = abstract_train_state(model, tx, mesh)
+    b, t = int(config.data.batch_size), int(config.data.seq_len)
+    data = batch_sharding(mesh)
+    batch = {k: jax.ShapeDtypeStruct((b, t), jnp.int32, sharding=data) for k in ("inputs", "targets")}
+    if cfg.memory == "engram":
+        n = len(cfg.engram_orders) * cfg.engram_heads
+        batch["ngram_ids"] = jax.ShapeDtypeStruct((b, t, n), jnp.int32, sharding=NamedSharding(mesh, P(
+            ("data", "fsdp"), None, None)))
+    step = jax.jit(make_train_step(config.train.grad_accum, schedule), donate_argnums=0,
+                   in_shardings=(shardings, data if cfg.memory != "engram" else None),
+                   out_shardings=(shardings, None))
+    return _stats("train", lambda: step.lower(state_abs, batch).compile(), mesh, config, b * t, t, b,
+                  state_abs, state_abs.params, cfg)
+
+
+def compile_decode(config: ml_collections.ConfigDict, target: Target, batch: int, max_len: int) -> CompileStats:
+    """Compile one decode step (one token per row against a ``max_len``-slot KV cache) for ``target``:
+    params in their training shardings, the cache's rows over the data axes where they divide."""
+    from edge_jax.infer.decode import _forward, check_supported
+    from edge_jax.infer.kv_state import empty_caches
+    check_vocab(config)
+    mesh = mesh_for(target, config.mesh)
+    shapes = ml_collections.ConfigDict(config.to_dict())  # the model's dims against the mesh; rows checked below
+    shapes.data.batch_size, shapes.train.grad_accum = mesh.shape["data"] * mesh.shape["fsdp"], 1
+    check_divisible(shapes, mesh)
+    cfg = model_config(config)
+    check_supported(cfg)
+    model = DecoderLM(cfg)
+    state_abs, _ = abstract_train_state(model, make_optimizer(config.train)[0], mesh)
+    params = state_abs.params
+    rows = batch % (mesh.shape["data"] * mesh.shape["fsdp"]) == 0
+    cache_shapes = jax.eval_shape(lambda: empty_caches(cfg, batch, max_len, plain=True))
+
+    def place(a):
+        spec = P(("data", "fsdp"), *([None] * (a.ndim - 1))) if rows and a.ndim and a.shape[0] == batch else P()
+        return jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=NamedSharding(mesh, spec))
+
+    cache = jax.tree_util.tree_map(place, cache_shapes)
+    token = jax.ShapeDtypeStruct((batch, 1), jnp.int32, sharding=batch_sharding(mesh) if rows else replicated(mesh))
+    return _stats("decode", lambda: _forward.lower(model, params, cache, token, {}).compile(), mesh, config,
+                  batch, max_len, batch, params, params, cfg, train=False)

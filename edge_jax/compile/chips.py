@@ -1,0 +1,131 @@
+"""Compile targets: TPU chips and slices (built from libtpu on any machine), simulated CPU devices,
+and this machine's own devices.
+
+``--topology`` takes a Cloud TPU accelerator type (``v5p-128``, ``v5e-256``), an explicit slice
+shape (``v5p:4x4x4``), ``cpu:N`` (N simulated host devices; needs
+``XLA_FLAGS=--xla_force_host_platform_device_count>=N``, which the command sets when it starts
+JAX itself) or ``local`` (``jax.devices()``: the GPU or TPU this process sees).
+
+Chip figures per chip, from the Cloud TPU system-architecture pages (cloud.google.com/tpu/docs/v4,
+/v5e, /v5p, /v6e; read 2026-11): peak dense bf16 FLOP/s, HBM capacity and HBM bandwidth. A
+"core" in the accelerator type is a TensorCore: v4 and v5p chips have two (fused into one
+megacore device, as JAX sees them), v5e and v6e one.
+"""
+from __future__ import annotations
+
+import dataclasses
+import importlib.util
+import math
+import os
+import re
+
+from edge_jax.errors import ConfigError, unknown
+
+GiB = 1024 ** 3
+
+
+@dataclasses.dataclass(frozen=True)
+class Chip:
+    name: str
+    hbm_bytes: float        # per device (one chip, or one megacore)
+    peak_flops: float       # dense bf16 FLOP/s per device
+    hbm_bandwidth: float    # bytes/s per device
+    cores_per_chip: int     # TensorCores counted by the accelerator type's number
+    dims: int               # 2-D or 3-D torus
+
+
+CHIPS = {
+    "v4": Chip("TPU v4", 32 * GiB, 275e12, 1200e9, 2, 3),
+    "v5e": Chip("TPU v5e", 16 * GiB, 197e12, 819e9, 1, 2),
+    "v5p": Chip("TPU v5p", 95 * GiB, 459e12, 2765e9, 2, 3),
+    "v6e": Chip("TPU v6e", 32 * GiB, 918e12, 1640e9, 1, 2),
+}
+# Slice shapes by chip count (the single-slice shapes of the Cloud TPU pages).
+SHAPES_2D = {1: "1x1", 4: "2x2", 8: "2x4", 16: "4x4", 32: "4x8", 64: "8x8", 128: "8x16", 256: "16x16"}
+SHAPES_3D = {4: "2x2x1", 8: "2x2x2", 16: "2x2x4", 32: "2x4x4", 64: "4x4x4", 128: "4x4x8", 256: "4x8x8",
+             512: "8x8x8", 1024: "8x8x16", 2048: "8x16x16", 4096: "16x16x16"}
+
+
+@dataclasses.dataclass(frozen=True)
+class Target:
+    """What a step is compiled for: its devices (all slices), the chip (None: not a TPU, no
+    roofline), how many slices, and the name the table prints."""
+    name: str
+    devices: tuple
+    chip: Chip | None
+    slices: int = 1
+
+
+def known_topologies() -> list[str]:
+    """Every ``--topology`` spelling of a Cloud accelerator type, plus ``cpu:N`` and ``local``."""
+    out = []
+    for gen, chip in CHIPS.items():
+        shapes = SHAPES_3D if chip.dims == 3 else SHAPES_2D
+        out += [f"{gen}-{n * chip.cores_per_chip}" for n in shapes]
+    return out + ["cpu:N", "local"]
+
+
+def slice_shape(name: str) -> tuple[str, str]:
+    """``(generation, "AxBxC")`` of ``v5p-128`` or ``v5p:4x4x4``; a one-line error otherwise."""
+    m = re.fullmatch(r"(v\d+[a-z]?)[-:](\S+)", name)
+    gen = m.group(1) if m else None
+    if gen not in CHIPS:
+        raise ConfigError(unknown("topology", name, known_topologies()))
+    chip, rest = CHIPS[gen], m.group(2)
+    shapes = SHAPES_3D if chip.dims == 3 else SHAPES_2D
+    if re.fullmatch(r"\d+(x\d+){%d}" % (chip.dims - 1), rest):
+        return gen, rest
+    if rest.isdigit() and int(rest) % chip.cores_per_chip == 0 and int(rest) // chip.cores_per_chip in shapes:
+        return gen, shapes[int(rest) // chip.cores_per_chip]
+    valid = ", ".join(f"{gen}-{n * chip.cores_per_chip}" for n in shapes)
+    raise ConfigError(f"topology {name!r}: {gen} slices are {valid} (or {gen}:AxB{'xC' * (chip.dims == 3)})")
+
+
+def tpu_target(name: str, slices: int = 1) -> Target:
+    """The devices of a TPU slice (``slices`` of them over DCN), from libtpu's compile-only client."""
+    gen, shape = slice_shape(name)
+    if importlib.util.find_spec("libtpu") is None:
+        raise ConfigError(f"compiling for {name} needs libtpu; install the tpu extra: pip install -e '.[tpu]'")
+    from jax.experimental import topologies
+    topo = topologies.get_topology_desc(platform="tpu", topology_name=f"{gen}:{shape}",
+                                        chip_config_name="megacore" if gen == "v4" else "default",
+                                        chips_per_host_bounds=(2, 2, 1), num_slices=slices)
+    chips = math.prod(int(x) for x in shape.split("x"))
+    label = f"{gen}-{chips * CHIPS[gen].cores_per_chip}" + (f" x{slices} slices" if slices > 1 else "")
+    return Target(label, tuple(topo.devices), CHIPS[gen], slices)
+
+
+def host_target(name: str) -> Target:
+    """``cpu:N`` (simulated host devices) or ``local`` (this process's devices)."""
+    import jax
+    if name == "local":
+        devices = jax.devices()
+        return Target(f"local ({len(devices)}x {devices[0].device_kind})", tuple(devices), None)
+    n = int(name.partition(":")[2] or 0)
+    have = jax.devices("cpu")
+    if n < 1 or n > len(have):
+        raise ConfigError(f"topology {name!r} needs {n} CPU devices and this process has {len(have)}; start it "
+                          f"with XLA_FLAGS=--xla_force_host_platform_device_count={max(n, 1)}")
+    return Target(f"cpu:{n}", tuple(have[:n]), None)
+
+
+def make_target(name: str, slices: int = 1) -> Target:
+    if slices < 1:
+        raise ConfigError(f"--slices must be >= 1, got {slices}")
+    if name == "local" or name.startswith("cpu:"):
+        if slices != 1:
+            raise ConfigError(f"--slices applies to TPU topologies only, not {name!r}")
+        return host_target(name)
+    return tpu_target(name, slices)
+
+
+def prepare_environment(topology: str) -> None:
+    """Before JAX starts a backend: for a TPU slice or ``cpu:N``, run on the CPU backend (so libtpu
+    does not probe for a chip) and, for ``cpu:N``, ask for N simulated devices."""
+    if not topology or topology == "local":
+        return
+    os.environ.setdefault("JAX_PLATFORMS", "cpu")
+    if topology.startswith("cpu:") and topology[4:].isdigit():
+        flags = os.environ.get("XLA_FLAGS", "")
+        if "xla_force_host_platform_device_count" not in flags:
+            os.environ["XLA_FLAGS"] = f"{flags} --xla_force_host_platform_device_count={topology[4:]}".strip()

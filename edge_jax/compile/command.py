@@ -1,0 +1,90 @@
+"""``edge-jax compile``: compile a config's train (or decode) step for a TPU slice, simulated CPU
+devices or this machine, and print per-device memory, whether it fits, compiled FLOPs and a
+roofline step-time / tokens-per-second / MFU estimate (docs/compile.md)."""
+from __future__ import annotations
+
+import argparse
+from typing import Callable
+
+from edge_jax.compile.chips import make_target, prepare_environment
+from edge_jax.config import ConfigError
+from edge_jax.registry import COMMANDS
+from edge_jax.sharding import MESH_AXES
+
+
+def parse_mesh(text: str | None, slices: int) -> dict:
+    """``fsdp=64,tensor=2`` -> every mesh axis (unnamed: data = slices, fsdp = the rest, tensor 1)."""
+    if not text:
+        return {"data": slices, "fsdp": -1, "tensor": 1}
+    out = {"data": 1, "fsdp": 1, "tensor": 1}
+    for part in text.split(","):
+        key, eq, value = part.partition("=")
+        if not eq or key not in MESH_AXES or not value.lstrip("-").isdigit():
+            raise ConfigError(f"--mesh {text!r}: write AXIS=SIZE pairs over {', '.join(MESH_AXES)} "
+                              "(one size may be -1), e.g. --mesh fsdp=64,tensor=2")
+        out[key] = int(value)
+    return out
+
+
+def load(args, overrides):
+    """The config with the command's --batch / --seq / --mesh applied."""
+    from edge_jax.config import load_config
+    config = load_config(args.config, overrides)
+    if args.batch:
+        config.data.batch_size = args.batch
+    if args.seq:
+        config.data.seq_len = args.seq
+    config.mesh.update(parse_mesh(args.mesh, args.slices))
+    return config
+
+
+def compiler(target, decode: bool = False) -> Callable:
+    """``config -> CompileStats`` of the train step (or one decode step) on ``target``."""
+    from edge_jax.compile import aot
+    if decode:
+        return lambda c: aot.compile_decode(c, target, int(c.data.batch_size), int(c.data.seq_len))
+    return lambda c: aot.compile_train(c, target)
+
+
+def report(config, target, decode: bool = False, fix: bool = True) -> tuple[str, bool]:
+    """``(printed table, fits)`` for one config on one target."""
+    from edge_jax.compile.fit import compile_with_fix
+    from edge_jax.compile.report import NOTE, describe, fix_row, oom_rows, table
+    out = compile_with_fix(config, target, compiler(target, decode), fix)
+    if out.stats is None:
+        rows = oom_rows(out.oom, target)
+    else:
+        rows = describe(out.stats, target, 0.0 if decode else float(config.train.steps) * out.stats.tokens)
+    if not out.fits and fix:
+        rows.append(fix_row(out.fix, out.fix_stats, target))
+    return table(rows) + ("\n" + NOTE if target.chip else ""), out.fits
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--config", required=True, help="path/to/config.py[:arg], e.g. configs/meki.py:size=qwen3_4b")
+    p.add_argument("--topology", required=True, help="a Cloud TPU type (v5p-128, v5e-256, v4-64, v6e-16 ...), "
+                   "an explicit slice (v5p:4x4x4), cpu:N (simulated devices) or local (this machine's devices)")
+    p.add_argument("--mesh", default=None, help="AXIS=SIZE over data, fsdp, tensor (default: data = slices, "
+                   "fsdp = every other device)")
+    p.add_argument("--slices", type=int, default=1, help="TPU slices joined over DCN (the data axis crosses them)")
+    p.add_argument("--batch", type=int, default=0, help="global batch in sequences (default: data.batch_size)")
+    p.add_argument("--seq", type=int, default=0, help="sequence length; with --decode the cache length "
+                   "(default: data.seq_len)")
+    p.add_argument("--decode", action="store_true", help="compile one decode step with its KV cache instead")
+    p.add_argument("--no-fix", action="store_true", help="do not search for a fix when the step does not fit")
+
+
+@COMMANDS.register("compile")
+def add_parser(sub) -> None:
+    p = sub.add_parser("compile", help="compile the train/decode step for a TPU topology (or cpu:N, local) and "
+                       "print memory per device, fit and a roofline estimate")
+    add_arguments(p)
+    p.set_defaults(fn=run, takes_overrides=True)
+
+
+def run(args, overrides) -> int:
+    prepare_environment(args.topology)  # too late if a backend has started: the CLI calls it first
+    target = make_target(args.topology, args.slices)
+    text, _ = report(load(args, overrides), target, args.decode, not args.no_fix)
+    print(text)
+    return 0

@@ -1,0 +1,136 @@
+"""Whether a step fits a device, by how much it does not, and the cheapest change the compiler
+confirms makes it fit.
+
+A TPU compile that needs more HBM than the chip has fails in the compiler (RESOURCE_EXHAUSTED);
+:func:`compile_or_oom` turns that into an :class:`OutOfMemory` with the bytes asked for and
+available. :func:`cheapest_fix` then compiles candidate changes, cheapest first (rematerialise
+matmul outputs only, rematerialise everything, shard parameters over every device, halve the
+micro-batch with gradient accumulation), and names the first one that compiles and fits.
+"""
+from __future__ import annotations
+
+import dataclasses
+import re
+from typing import Callable
+
+import ml_collections
+
+from edge_jax.compile.aot import CompileStats
+from edge_jax.compile.chips import Target
+
+_UNITS = {"": 1, "K": 1024, "M": 1024 ** 2, "G": 1024 ** 3, "T": 1024 ** 4}
+
+
+@dataclasses.dataclass
+class OutOfMemory:
+    """The compiler's refusal: bytes needed and available per device (0 where it did not say)."""
+    needed: float
+    available: float
+    message: str
+
+    @property
+    def short_by(self) -> float:
+        return max(self.needed - self.available, 0.0)
+
+
+def _bytes(text: str) -> float:
+    number, unit = re.fullmatch(r"([\d.]+)\s*([KMGT]?)i?B?", text.strip()).groups()
+    return float(number) * _UNITS[unit]
+
+
+def parse_oom(message: str) -> OutOfMemory | None:
+    """The needed / available bytes of an XLA out-of-memory error, None if ``message`` is not one."""
+    if "RESOURCE_EXHAUSTED" not in message and "Ran out of memory" not in message:
+        return None
+    size = r"([\d.]+\s*[KMGT]?i?B?)"
+    m = re.search(rf"\({size}\) exceeds available HBM \({size}\)", message)
+    if m:
+        return OutOfMemory(_bytes(m.group(1)), _bytes(m.group(2)), message)
+    m = re.search(rf"Used {size} of {size} hbm", message)
+    if m:
+        return OutOfMemory(_bytes(m.group(1)), _bytes(m.group(2)), message)
+    return OutOfMemory(0.0, 0.0, message)
+
+
+def compile_or_oom(compile_fn: Callable[[], CompileStats]) -> CompileStats | OutOfMemory:
+    try:
+        return compile_fn()
+    except Exception as e:  # the compiler's errors arrive as JaxRuntimeError / XlaRuntimeError
+        oom = parse_oom(str(e))
+        if oom is None:
+            raise
+        return oom
+
+
+def fits(result: CompileStats | OutOfMemory, target: Target) -> bool:
+    if isinstance(result, OutOfMemory):
+        return False
+    return target.chip is None or result.total_bytes <= target.chip.hbm_bytes
+
+
+def candidate_fixes(config: ml_collections.ConfigDict, n_devices: int) -> list[tuple[str, dict]]:
+    """``(what to pass, overrides)`` cheapest first, each applied on top of ``config``."""
+    out = []
+    remat = config.model.get("remat", None)
+    if remat is not None:
+        if remat == "none":
+            out.append(("--config.model.remat=dots", {"model.remat": "dots"}))
+        if remat != "full":
+            out.append(("--config.model.remat=full", {"model.remat": "full"}))
+    m = config.mesh
+    if int(m.fsdp) not in (-1, n_devices // max(int(m.tensor), 1)) or int(m.data) not in (1, -1):
+        out.append(("--mesh data=1,fsdp=-1", {"mesh.data": 1, "mesh.fsdp": -1}))
+    accum, batch = int(config.train.grad_accum), int(config.data.batch_size)
+    for k in (2, 4, 8):
+        if batch % (accum * k) == 0:
+            out.append((f"--config.train.grad_accum={accum * k}", {"train.grad_accum": accum * k}))
+    return out
+
+
+def with_overrides(config: ml_collections.ConfigDict, overrides: dict) -> ml_collections.ConfigDict:
+    out = ml_collections.ConfigDict(config.to_dict())
+    for key, value in overrides.items():
+        section, name = key.split(".")
+        out[section][name] = value
+    return out
+
+
+def cheapest_fix(config, target: Target, compile_for: Callable, max_tries: int = 4):
+    """``(flag, stats)`` of the first candidate (and the ones before it combined) that fits, or
+    ``(None, None)`` after ``max_tries`` compiles. Fixes accumulate: remat first, then sharding,
+    then accumulation, so the one named includes those before it."""
+    applied: dict = {}
+    flags: list[str] = []
+    for flag, overrides in candidate_fixes(config, len(target.devices))[:max_tries]:
+        if "model.remat" in overrides:
+            applied.pop("model.remat", None)
+            flags = [f for f in flags if "remat" not in f]
+        if "train.grad_accum" in overrides:
+            flags = [f for f in flags if "grad_accum" not in f]
+        applied.update(overrides)
+        flags.append(flag)
+        result = compile_or_oom(lambda: compile_for(with_overrides(config, applied)))
+        if fits(result, target):
+            return " ".join(flags), result
+    return None, None
+
+
+@dataclasses.dataclass
+class Outcome:
+    """A compile and, when it does not fit, the cheapest confirmed fix: ``stats`` (None if the
+    compiler refused), ``oom``, ``fix`` (the flags) and ``fix_stats`` (the step with them)."""
+    stats: CompileStats | None
+    oom: OutOfMemory | None
+    fits: bool
+    fix: str | None = None
+    fix_stats: CompileStats | None = None
+
+
+def compile_with_fix(config, target: Target, compile_for: Callable, search: bool = True) -> Outcome:
+    result = compile_or_oom(lambda: compile_for(config))
+    ok = fits(result, target)
+    out = Outcome(None if isinstance(result, OutOfMemory) else result,
+                  result if isinstance(result, OutOfMemory) else None, ok)
+    if not ok and search:
+        out.fix, out.fix_stats = cheapest_fix(config, target, compile_for)
+    return out

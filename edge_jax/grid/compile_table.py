@@ -1,0 +1,101 @@
+"""``edge-jax grid ABLATION --preset paper --compile-only --topology T``: compile every training run
+of a grid (its stages and its cells that train; seed 0, since seeds change no shape) for a TPU
+topology and write ``results/<name>/<preset>_compile.md``: per run the mesh, HBM per device,
+whether it fits (else the cheapest fix the compiler confirms), the roofline step time,
+tokens/s and the time for the run's token budget (train.steps x batch x seq).
+
+Rows are kept per topology in ``<preset>_compile.json`` beside the table, so compiling a second
+topology adds its rows; both files are written atomically after every run.
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Callable
+
+from edge_jax.grid.spec import Grid
+from edge_jax.grid.stages import references
+from edge_jax.utils.atomic import write_json_atomic, write_text_atomic
+from edge_jax.utils.provenance import git_info
+
+COLUMNS = ("run", "mesh", "HBM / device", "fits", "est. step", "est. tokens/s", "est. time for budget",
+           "compile s")
+
+
+def runs(grid: Grid) -> dict[str, tuple[str, dict]]:
+    """``name -> (base, overrides)`` of every run of ``grid`` that trains: stages first, then cells;
+    stage references (``{stage:x}``, the weights a run starts from) are dropped: shapes do not
+    depend on them."""
+    out = {}
+    for name, stage in grid.stages.items():
+        out[f"stage {name}"] = (stage["base"], {**stage.get("overrides", {}), "seed": 0})
+    for cell in grid.cells:
+        out[cell] = (grid.base, grid.overrides(cell, 0))
+    return {name: (base, {k: ("" if isinstance(v, str) and references({k: v}) else v) for k, v in o.items()})
+            for name, (base, o) in out.items()}
+
+
+def _row(name: str, config, target, outcome) -> dict:
+    from edge_jax.compile.report import duration, estimate, gib, mesh_text
+    stats = outcome.stats or outcome.fix_stats
+    row = {"run": name, "mesh": mesh_text(dict(stats.mesh)) if stats else "", "fix": outcome.fix or ""}
+    if outcome.stats is None:
+        short = outcome.oom.short_by
+        row["fits"] = f"no: {gib(short)} over" if short else "no"
+    else:
+        row["fits"] = "yes" if outcome.fits else f"no: {gib(stats.total_bytes - target.chip.hbm_bytes)} over"
+    if not outcome.fits:
+        row["fits"] += f"; fits with {outcome.fix}" if outcome.fix else "; no candidate fix fits"
+    if stats is not None:
+        est = estimate(stats, target)
+        budget = float(config.train.steps) * stats.tokens
+        row.update({"HBM / device": gib(stats.total_bytes), "compile s": f"{stats.compile_s:.0f}",
+                    "est. step": f"{est.step_s * 1e3:,.0f} ms" if est else "",
+                    "est. tokens/s": f"{est.tokens_per_s:,.0f}" if est else "",
+                    "est. time for budget": f"{duration(budget / est.tokens_per_s)} ({budget:.3g} tokens)"
+                    if est and budget else ""})
+    return row
+
+
+def render(grid: Grid, preset: str, rows: dict) -> str:
+    from edge_jax.compile.report import NOTE
+    lines = [f"# {grid.title}: compiled for TPU ({preset} preset)", "",
+             f"Written by `edge-jax grid {grid.path} --preset {preset} --compile-only --topology T` "
+             "(docs/compile.md). One row per training run at seed 0; HBM is the compiler's per-device total "
+             "(arguments + outputs - donated + temporaries + program). Where a run does not fit, the HBM and "
+             "estimates are those with the fix named.", "", NOTE, ""]
+    for topology, entry in rows.items():
+        lines += [f"## {topology}", "", f"Compiled at commit {entry['commit']} with jax {entry['jax']}.", "",
+                  "| " + " | ".join(COLUMNS) + " |", "|" + "---|" * len(COLUMNS)]
+        lines += ["| " + " | ".join(str(r.get(c, "")) for c in COLUMNS) + " |" for r in entry["rows"].values()]
+        lines.append("")
+    return "\n".join(lines)
+
+
+def compile_grid(grid: Grid, target, mesh: dict, out_dir: Path, load_config: Callable, extra: dict,
+                 log=print) -> Path:
+    """Compile every run of ``grid`` for ``target`` and (re)write its compile table."""
+    import jax
+
+    from edge_jax.compile.command import compiler
+    from edge_jax.compile.fit import compile_with_fix
+    out_dir.mkdir(parents=True, exist_ok=True)
+    data_path = out_dir / f"{grid.preset}_compile.json"
+    table_path = out_dir / f"{grid.preset}_compile.md"
+    rows = json.loads(data_path.read_text()) if data_path.exists() else {}
+    info = git_info(Path(grid.path).resolve().parent)
+    commit = (info["commit"] or "unknown")[:7] + ("-dirty" if info["dirty"] else "")
+    entry = {"commit": commit, "jax": jax.__version__, "rows": {}}
+    rows[target.name] = entry
+    for name, (base, overrides) in runs(grid).items():
+        config = load_config(base, {**overrides, **extra})
+        if int(config.train.steps) == 0:
+            log(f"{name}: evaluates only (train.steps=0), nothing to compile")
+            continue
+        config.mesh.update(mesh)
+        outcome = compile_with_fix(config, target, compiler(target))
+        entry["rows"][name] = _row(name, config, target, outcome)
+        log(f"{name}: " + ", ".join(f"{k} {v}" for k, v in entry["rows"][name].items() if k != "run" and v))
+        write_json_atomic(data_path, rows)
+        write_text_atomic(table_path, render(grid, grid.preset, rows))
+    return table_path

@@ -1,0 +1,165 @@
+"""edge-jax compile: targets, meshes, the compiled step's figures, the roofline, OOM parsing, and
+the grid's compile table. TPU compiles need libtpu (the tpu extra, which CI installs); they use
+a 4-chip slice and tiny models so each takes seconds."""
+import importlib.util
+
+import jax
+import pytest
+
+from edge_jax.compile import aot, fit
+from edge_jax.compile.chips import CHIPS, Target, make_target, slice_shape
+from edge_jax.compile.command import parse_mesh
+from edge_jax.compile.report import estimate
+from edge_jax.config import ConfigError
+
+needs_libtpu = pytest.mark.skipif(importlib.util.find_spec("libtpu") is None,
+                                  reason="libtpu not installed (pip install -e '.[tpu]')")
+
+
+@pytest.mark.parametrize("name,want", [("v5p-128", ("v5p", "4x4x4")), ("v5e-256", ("v5e", "16x16")),
+                                       ("v4-8", ("v4", "2x2x1")), ("v6e-16", ("v6e", "4x4")),
+                                       ("v5p:2x2x2", ("v5p", "2x2x2"))])
+def test_cloud_names_map_to_slice_shapes(name, want):
+    assert slice_shape(name) == want
+
+
+@pytest.mark.parametrize("name,message", [("v9-8", "unknown topology 'v9-8'"), ("v5p-100", "v5p slices are"),
+                                          ("tpu", "unknown topology"), ("v5e:4x4x4", "v5e slices are")])
+def test_bad_topologies_name_the_valid_ones(name, message):
+    with pytest.raises(ConfigError, match=message) as e:
+        slice_shape(name)
+    assert "\n" not in str(e.value)
+
+
+def test_mesh_flag():
+    assert parse_mesh(None, 2) == {"data": 2, "fsdp": -1, "tensor": 1}
+    assert parse_mesh("fsdp=64,tensor=2", 1) == {"data": 1, "fsdp": 64, "tensor": 2}
+    with pytest.raises(ConfigError, match="AXIS=SIZE"):
+        parse_mesh("model=4", 1)
+
+
+def _cpu(n=8):
+    return Target(f"cpu:{n}", tuple(jax.devices("cpu")[:n]), None)
+
+
+def test_a_mesh_must_use_every_device():
+    with pytest.raises(ConfigError, match="does not use the 8 devices of cpu:8; make data\\*fsdp\\*tensor = 8"):
+        aot.mesh_for(_cpu(), {"data": 2, "fsdp": 2, "tensor": 1})
+    assert dict(aot.mesh_for(_cpu(), {"data": 1, "fsdp": -1, "tensor": 2}).shape) == {"data": 1, "fsdp": 4,
+                                                                                     "tensor": 2}
+
+
+def _config(tiny_config, **extra):
+    c = tiny_config(**{"model.vocab_size": 256, "mesh.data": 1, "mesh.fsdp": -1, "mesh.tensor": 1, **extra})
+    return c
+
+
+def test_an_axis_that_does_not_divide_a_dimension_is_named(tiny_config):
+    c = _config(tiny_config, **{"mesh.fsdp": 1, "mesh.tensor": 8})
+    with pytest.raises(ConfigError, match="model.n_heads=4 is not divisible by mesh.tensor=8"):
+        aot.compile_train(c, _cpu())
+
+
+def test_cpu_compile_of_the_train_step(tiny_config):
+    """The compiled step holds the sharded train state, and its FLOPs are close to the model count
+    (6 N T + attention; no remat, so the compiler adds only softmax, norms and the optimizer)."""
+    c = _config(tiny_config)
+    stats = aot.compile_train(c, _cpu())
+    assert stats.mesh == {"data": 1, "fsdp": 8, "tensor": 1} and stats.tokens == 8 * 32
+    assert 0 < stats.param_bytes < stats.state_bytes <= stats.argument_bytes
+    n_params = sum(x.size for x in jax.tree_util.tree_leaves(jax.eval_shape(
+        lambda: aot.abstract_train_state(aot.DecoderLM(aot.model_config(c)),
+                                         aot.make_optimizer(c.train)[0], aot.mesh_for(_cpu(), c.mesh))[0].params)))
+    assert stats.param_bytes * 8 >= 4 * n_params  # fsdp splits them at most 8 ways
+    total = stats.flops * 8
+    assert 0.7 * stats.model_flops < total < 2.0 * stats.model_flops, (total, stats.model_flops)
+    assert estimate(stats, _cpu()) is None  # no chip, no roofline
+
+
+def test_cpu_compile_of_the_decode_step(tiny_config):
+    stats = aot.compile_decode(_config(tiny_config), _cpu(), batch=8, max_len=64)
+    assert stats.step == "decode" and stats.flops > 0 and stats.tokens == 8
+
+
+def test_vocabulary_must_be_fixed(tiny_config):
+    with pytest.raises(ConfigError, match="model.vocab_size is 0"):
+        aot.compile_train(tiny_config(**{"mesh.data": 1}), _cpu())
+
+
+@pytest.mark.parametrize("message,needed,available", [
+    ("RESOURCE_EXHAUSTED: Ran out of memory on HBM, the total memory required for HLO temporaries (96.97G) "
+     "exceeds available HBM (15.75G).", 96.97 * 2 ** 30, 15.75 * 2 ** 30),
+    ("RESOURCE_EXHAUSTED: XLA:TPU compile permanent error. Ran out of memory in memory space hbm. Used 20.5G of "
+     "15.48G hbm. Exceeded hbm capacity by 5.02G.", 20.5 * 2 ** 30, 15.48 * 2 ** 30),
+])
+def test_out_of_memory_messages_are_read(message, needed, available):
+    oom = fit.parse_oom(message)
+    assert oom.needed == pytest.approx(needed) and oom.available == pytest.approx(available)
+    assert oom.short_by == pytest.approx(needed - available)
+    assert fit.parse_oom("INVALID_ARGUMENT: bad shape") is None
+
+
+def test_roofline_is_the_larger_bound():
+    stats = aot.CompileStats("train", {"data": 1, "fsdp": 4, "tensor": 1}, 8, 128, 1, "none", 0, 0, 0, 0, 0, 0, 0,
+                             flops=197e12, bytes_accessed=819e9 * 0.5, model_flops=4 * 197e12 * 0.5, tokens=1024,
+                             compile_s=0.0)
+    target = Target("v5e-4", (None,) * 4, CHIPS["v5e"])
+    est = estimate(stats, target)
+    assert est.step_s == pytest.approx(1.0) and est.compute_s == pytest.approx(1.0)
+    assert est.memory_s == pytest.approx(0.5) and est.mfu == pytest.approx(0.5)
+    assert est.tokens_per_s == pytest.approx(1024)
+
+
+@needs_libtpu
+def test_tpu_compile_fits_and_estimates(tiny_config):
+    target = make_target("v5e-4")
+    assert len(target.devices) == 4 and target.chip is CHIPS["v5e"]
+    out = fit.compile_with_fix(_config(tiny_config), target, lambda c: aot.compile_train(c, target))
+    assert out.fits and out.stats.mesh == {"data": 1, "fsdp": 4, "tensor": 1}
+    est = estimate(out.stats, target)
+    assert est.step_s > 0 and 0 < est.mfu < 1
+
+
+def _too_big(tiny_config):
+    """A batch whose logits alone overflow a v5e's 16 GiB."""
+    return _config(tiny_config, **{"model.vocab_size": 32768, "data.batch_size": 128, "data.seq_len": 1024,
+                                   "model.n_layers": 1})
+
+
+@needs_libtpu
+def test_tpu_out_of_memory_is_reported(tiny_config):
+    target = make_target("v5e-4")
+    out = fit.compile_with_fix(_too_big(tiny_config), target, lambda cc: aot.compile_train(cc, target), search=False)
+    assert not out.fits and out.stats is None and out.oom.short_by > 0 and out.fix is None
+
+
+@needs_libtpu
+@pytest.mark.slow
+def test_tpu_out_of_memory_gets_a_confirmed_fix(tiny_config):
+    """The compiler refuses the step; a cheaper candidate (remat, micro-batches) it accepts is named."""
+    target = make_target("v5e-4")
+    out = fit.compile_with_fix(_too_big(tiny_config), target, lambda cc: aot.compile_train(cc, target))
+    assert not out.fits and out.oom is not None
+    assert out.fix is not None and out.fix_stats.total_bytes <= target.chip.hbm_bytes
+
+
+def test_grid_compile_table(tmp_path, monkeypatch):
+    from edge_jax.grid.compile_table import compile_grid, runs
+    from edge_jax.grid.runner import default_load_config
+    from edge_jax.grid.spec import load_grid
+    monkeypatch.setenv("EDGE_JAX_DATA", str(tmp_path / "data"))
+    grid = load_grid("ablations/plm_attention.py", "tiny")
+    assert list(runs(grid)) == ["mla", "gqa", "mha"]
+    extra = {"model.vocab_size": 256, "model.n_layers": 1, "data.seq_len": 32, "data.batch_size": 8}
+    path = compile_grid(grid, _cpu(), {"data": 1, "fsdp": -1, "tensor": 1}, tmp_path, default_load_config, extra,
+                        log=lambda s: None)
+    text = path.read_text()
+    assert path.name == "tiny_compile.md" and "## cpu:8" in text
+    assert all(f"| {cell} | data=1,fsdp=8,tensor=1 |" in text for cell in ("mla", "gqa", "mha"))
+
+
+def test_without_libtpu_the_error_names_the_extra(monkeypatch):
+    from edge_jax.compile import chips
+    monkeypatch.setattr(chips.importlib.util, "find_spec", lambda name: None)
+    with pytest.raises(ConfigError, match=r"needs libtpu; install the tpu extra: pip install -e '.\[tpu\]'"):
+        chips.make_target("v5e-4")
