@@ -125,6 +125,7 @@ def prepare_environment(topology: str) -> None:
     if not topology or topology == "local":
         return
     os.environ.setdefault("JAX_PLATFORMS", "cpu")
+    os.environ.setdefault("ALLOW_MULTIPLE_LIBTPU_LOAD", "1")  # compile-only: no chip is locked
     if topology.startswith("cpu:") and topology[4:].isdigit():
         flags = os.environ.get("XLA_FLAGS", "")
         if "xla_force_host_platform_device_count" not in flags:
