@@ -25,7 +25,7 @@ from edge_jax.compile.chips import Target
 from edge_jax.config import ConfigError
 from edge_jax.models import DecoderLM
 from edge_jax.models.count import ROM_AXES, abstract_params
-from edge_jax.sharding import MESH_AXES, batch_sharding, check_divisible, replicated
+from edge_jax.sharding import MESH_AXES, batch_sharding, check_divisible, on_mesh, replicated
 from edge_jax.train.optim import make_optimizer
 from edge_jax.train.setup import model_config
 from edge_jax.train.state import abstract_train_state
@@ -105,7 +105,8 @@ def model_flops(cfg, tokens: int, seq: int, train: bool = True) -> float:
     n = 0.0
     for leaf in jax.tree_util.tree_leaves(boxed, is_leaf=lambda x: isinstance(x, nn.Partitioned)):
         names, shape = tuple(getattr(leaf, "names", ())), nn.unbox(leaf).shape
-        if len(shape) < 2 or names in ROM_AXES or (names == ("vocab", "embed") and not cfg.tie_embeddings):
+        names = tuple(n for n in names if n != "layers")  # a scanned stack's leading axis
+        if len(names) < 2 or names in ROM_AXES or (names == ("vocab", "embed") and not cfg.tie_embeddings):
             continue
         size = float(np.prod(shape))
         n += size * cfg.moe_top_k / cfg.moe_experts if "expert" in names else size
@@ -157,7 +158,7 @@ def compile_train(config: ml_collections.ConfigDict, target: Target) -> CompileS
     step = jax.jit(make_train_step(config.train.grad_accum, schedule), donate_argnums=0,
                    in_shardings=(shardings, data if cfg.memory != "engram" else None),
                    out_shardings=(shardings, None))
-    return _stats("train", lambda: step.lower(state_abs, batch).compile(), mesh, config, b * t, t, b,
+    return _stats("train", lambda: on_mesh(mesh, step.lower)(state_abs, batch).compile(), mesh, config, b * t, t, b,
                   state_abs, state_abs.params, cfg)
 
 
@@ -185,5 +186,6 @@ def compile_decode(config: ml_collections.ConfigDict, target: Target, batch: int
 
     cache = jax.tree_util.tree_map(place, cache_shapes)
     token = jax.ShapeDtypeStruct((batch, 1), jnp.int32, sharding=batch_sharding(mesh) if rows else replicated(mesh))
-    return _stats("decode", lambda: _forward.lower(model, params, cache, token, {}).compile(), mesh, config,
+    lowered = on_mesh(mesh, _forward.lower)
+    return _stats("decode", lambda: lowered(model, params, cache, token, {}).compile(), mesh, config,
                   batch, max_len, batch, params, params, cfg, train=False)

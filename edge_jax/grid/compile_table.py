@@ -65,7 +65,9 @@ def render(grid: Grid, preset: str, rows: dict) -> str:
              "(arguments + outputs - donated + temporaries + program). Where a run does not fit, the HBM and "
              "estimates are those with the fix named.", "", NOTE, ""]
     for topology, entry in rows.items():
-        lines += [f"## {topology}", "", f"Compiled at commit {entry['commit']} with jax {entry['jax']}.", "",
+        extra = ", ".join(f"`{k}={v}`" for k, v in entry.get("overrides", {}).items())
+        lines += [f"## {topology}", "", f"Compiled at commit {entry['commit']} with jax {entry['jax']}"
+                  + (f"; every run with {extra}." if extra else "."), "",
                   "| " + " | ".join(COLUMNS) + " |", "|" + "---|" * len(COLUMNS)]
         lines += ["| " + " | ".join(str(r.get(c, "")) for c in COLUMNS) + " |" for r in entry["rows"].values()]
         lines.append("")
@@ -85,7 +87,7 @@ def compile_grid(grid: Grid, target, mesh: dict, out_dir: Path, load_config: Cal
     rows = json.loads(data_path.read_text()) if data_path.exists() else {}
     info = git_info(Path(grid.path).resolve().parent)
     commit = (info["commit"] or "unknown")[:7] + ("-dirty" if info["dirty"] else "")
-    entry = {"commit": commit, "jax": jax.__version__, "rows": {}}
+    entry = {"commit": commit, "jax": jax.__version__, "overrides": dict(extra), "rows": {}}
     rows[target.name] = entry
     for name, (base, overrides) in runs(grid).items():
         config = load_config(base, {**overrides, **extra})

@@ -39,6 +39,7 @@ from edge_jax.layers.moe.layer import MoE
 from edge_jax.layers.norms import RMSNorm
 from edge_jax.models.config import ModelConfig
 from edge_jax.models.scan import REMAT_POLICIES, STACKED
+from edge_jax.sharding import constrain
 
 __all__ = ["Block", "DecoderLM", "ModelConfig", "ScannedBlock"]
 
@@ -98,7 +99,7 @@ class ScannedBlock(Block):
     @nn.compact
     def __call__(self, h_BTD, layer_inputs, positions_BT, ctx):
         h_BTD = self.forward(h_BTD, positions_BT, {**ctx, **layer_inputs})
-        h_BTD = nn.with_logical_constraint(h_BTD, ("batch", "seq", "embed"))
+        h_BTD = constrain(h_BTD, ("batch", "seq", "embed"))
         return h_BTD, (h_BTD if self.return_hidden else None)
 
 
@@ -150,7 +151,7 @@ class DecoderLM(nn.Module):
                          embedding_init=nn.with_logical_partitioning(nn.initializers.normal(c.init_std),
                                                                      ("vocab", "embed")), name="embed")
         h = embed(tokens_BT)
-        h = nn.with_logical_constraint(h, ("batch", "seq", "embed"))
+        h = constrain(h, ("batch", "seq", "embed"))
         ctx = {"tokens": tokens_BT, "embedded": h, **host, "ffn_mask_ratio": ffn_mask_ratio,
                "attn_context": attn_context}
         if memory.prepare is not None:
@@ -163,7 +164,7 @@ class DecoderLM(nn.Module):
             block_cls = remat_block(Block, c, scanned=False)
             for i in range(c.n_layers):
                 h = block_cls(c, i, name=f"layers_{i}")(h, positions_BT, layer_ctx(ctx, stacked, i))
-                h = nn.with_logical_constraint(h, ("batch", "seq", "embed"))
+                h = constrain(h, ("batch", "seq", "embed"))
                 hidden.append(h)
         h = RMSNorm(c.norm_eps, "norm", c.param_dtype, name="final_norm")(h)
         if c.tie_embeddings:
@@ -173,7 +174,7 @@ class DecoderLM(nn.Module):
                               param_dtype=jnp.dtype(c.param_dtype), name="lm_head",
                               kernel_init=nn.with_logical_partitioning(nn.initializers.normal(c.init_std),
                                                                        ("embed", "vocab")))(h)
-        logits = logits.astype(jnp.float32)
+        logits = constrain(logits.astype(jnp.float32), ("batch", "seq", "vocab"))
         return (logits, hidden) if return_hidden else logits
 
     def _scanned(self, h, positions_BT, ctx, stacked, return_hidden):

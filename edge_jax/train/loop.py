@@ -20,7 +20,7 @@ from edge_jax.data import make_eval_batches, make_train_iter
 from edge_jax.errors import UserError
 from edge_jax.models.inputs import with_host_inputs
 from edge_jax.registry import RUNNERS, SECTIONS
-from edge_jax.sharding import batch_sharding, maybe_initialize_distributed
+from edge_jax.sharding import batch_sharding, maybe_initialize_distributed, on_mesh
 from edge_jax.train.checkpoint import Checkpointer
 from edge_jax.train.hooks import EvalContext, RunContext, prepare, run_evaluators
 from edge_jax.train.init_from import merge_params, restore_params
@@ -119,9 +119,10 @@ def train_and_evaluate(config, workdir: str, devices=None) -> dict:
     if lead:
         print(f"training {trained:,} of {total:,} weights ({100 * trained / total:.2f}%"
               f"{'' if t.trainable == ALL else f'; train.trainable={t.trainable!r}'})", flush=True)
-    train_step = jax.jit(make_train_step(t.grad_accum, run.schedule), donate_argnums=0,
-                         in_shardings=(shardings, data_sharding), out_shardings=(shardings, None))
-    eval_step = jax.jit(make_eval_step(run.model.apply), in_shardings=(shardings.params, data_sharding))
+    train_step = on_mesh(run.mesh, jax.jit(make_train_step(t.grad_accum, run.schedule), donate_argnums=0,
+                                           in_shardings=(shardings, data_sharding), out_shardings=(shardings, None)))
+    eval_step = on_mesh(run.mesh, jax.jit(make_eval_step(run.model.apply),
+                                          in_shardings=(shardings.params, data_sharding)))
     eval_batches = model_eval_batches(run, "validation", t.eval_batches)
     writer = MetricsWriter(workdir, t.steps, start, enabled=lead)
     tokens_per_step = cfg.data.batch_size * cfg.data.seq_len

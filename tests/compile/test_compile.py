@@ -1,6 +1,7 @@
 """edge-jax compile: targets, meshes, the compiled step's figures, the roofline, OOM parsing, and
 the grid's compile table. TPU compiles need libtpu (the tpu extra, which CI installs); they use
 a 4-chip slice and tiny models so each takes seconds."""
+import dataclasses
 import importlib.util
 
 import jax
@@ -105,9 +106,13 @@ def test_roofline_is_the_larger_bound():
                              compile_s=0.0)
     target = Target("v5e-4", (None,) * 4, CHIPS["v5e"])
     est = estimate(stats, target)
-    assert est.step_s == pytest.approx(1.0) and est.compute_s == pytest.approx(1.0)
+    assert est.step_s == pytest.approx(1.0) and est.compute_s == pytest.approx(1.0) and est.loop_scale == 1
     assert est.memory_s == pytest.approx(0.5) and est.mfu == pytest.approx(0.5)
     assert est.tokens_per_s == pytest.approx(1024)
+    # a scanned step whose loop body the compiler counted once: scaled up to the model's FLOPs
+    looped = dataclasses.replace(stats, flops=197e12 / 8, bytes_accessed=819e9 / 16)
+    est = estimate(looped, target)
+    assert est.loop_scale == pytest.approx(4.0) and est.step_s == pytest.approx(0.5)
 
 
 @needs_libtpu
@@ -122,7 +127,7 @@ def test_tpu_compile_fits_and_estimates(tiny_config):
 
 def _too_big(tiny_config):
     """A batch whose logits alone overflow a v5e's 16 GiB."""
-    return _config(tiny_config, **{"model.vocab_size": 32768, "data.batch_size": 128, "data.seq_len": 1024,
+    return _config(tiny_config, **{"model.vocab_size": 65536, "data.batch_size": 512, "data.seq_len": 1024,
                                    "model.n_layers": 1})
 
 
@@ -163,3 +168,16 @@ def test_without_libtpu_the_error_names_the_extra(monkeypatch):
     monkeypatch.setattr(chips.importlib.util, "find_spec", lambda name: None)
     with pytest.raises(ConfigError, match=r"needs libtpu; install the tpu extra: pip install -e '.\[tpu\]'"):
         chips.make_target("v5e-4")
+
+
+def test_a_scanned_step_compiles_and_its_loop_count_is_corrected(tiny_config):
+    """Under model.scan_layers the compiler counts the layer body once; the estimate scales it back up."""
+    c = _config(tiny_config, **{"model.n_layers": 4})
+    plain = aot.compile_train(c, _cpu())
+    c.model.scan_layers = True
+    scanned = aot.compile_train(c, _cpu())
+    assert scanned.model_flops == plain.model_flops and scanned.flops < 0.9 * plain.flops
+    with_chip = Target("cpu:8 as v5e", _cpu().devices, CHIPS["v5e"])
+    assert estimate(plain, with_chip).loop_scale == 1
+    est = estimate(scanned, with_chip)
+    assert est.loop_scale > 1 and est.compute_s == pytest.approx(scanned.model_flops / 8 / CHIPS["v5e"].peak_flops)
