@@ -13,6 +13,7 @@ import json
 from pathlib import Path
 from typing import Callable
 
+from edge_jax.errors import UserError
 from edge_jax.grid.spec import Grid
 from edge_jax.grid.stages import references
 from edge_jax.utils.atomic import write_json_atomic, write_text_atomic
@@ -95,8 +96,10 @@ def compile_grid(grid: Grid, target, mesh: dict, out_dir: Path, load_config: Cal
             log(f"{name}: evaluates only (train.steps=0), nothing to compile")
             continue
         config.mesh.update(mesh)
-        outcome = compile_with_fix(config, target, compiler(target))
-        entry["rows"][name] = _row(name, config, target, outcome)
+        try:
+            entry["rows"][name] = _row(name, config, target, compile_with_fix(config, target, compiler(target)))
+        except (UserError, ValueError) as e:  # a run that cannot be built for this target: said in its row
+            entry["rows"][name] = {"run": name, "fits": f"not compiled: {str(e).splitlines()[0][:160]}"}
         log(f"{name}: " + ", ".join(f"{k} {v}" for k, v in entry["rows"][name].items() if k != "run" and v))
         write_json_atomic(data_path, rows)
         write_text_atomic(table_path, render(grid, grid.preset, rows))
