@@ -17,6 +17,7 @@ import ml_collections
 
 from edge_jax.compile.aot import CompileStats
 from edge_jax.compile.chips import Target
+from edge_jax.errors import UserError
 
 _UNITS = {"": 1, "K": 1024, "M": 1024 ** 2, "G": 1024 ** 3, "T": 1024 ** 4}
 
@@ -102,14 +103,13 @@ def cheapest_fix(config, target: Target, compile_for: Callable, max_tries: int =
     applied: dict = {}
     flags: list[str] = []
     for flag, overrides in candidate_fixes(config, len(target.devices))[:max_tries]:
-        if "model.remat" in overrides:
-            applied.pop("model.remat", None)
-            flags = [f for f in flags if "remat" not in f]
-        if "train.grad_accum" in overrides:
-            flags = [f for f in flags if "grad_accum" not in f]
-        applied.update(overrides)
-        flags.append(flag)
-        result = compile_or_oom(lambda: compile_for(with_overrides(config, applied)))
+        kind = next(iter(overrides)).split(".")[-1]  # a later remat / grad_accum replaces the earlier one
+        trial = {**applied, **overrides}
+        try:
+            result = compile_or_oom(lambda: compile_for(with_overrides(config, trial)))
+        except UserError:  # not buildable on this mesh (e.g. a micro-batch the data axes do not divide)
+            continue
+        applied, flags = trial, [f for f in flags if kind not in f] + [flag]
         if fits(result, target):
             return " ".join(flags), result
     return None, None

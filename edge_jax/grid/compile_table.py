@@ -24,16 +24,21 @@ COLUMNS = ("run", "mesh", "HBM / device", "fits", "est. step", "est. tokens/s", 
 
 
 def runs(grid: Grid) -> dict[str, tuple[str, dict]]:
-    """``name -> (base, overrides)`` of every run of ``grid`` that trains: stages first, then cells;
-    stage references (``{stage:x}``, the weights a run starts from) are dropped: shapes do not
-    depend on them."""
+    """``name -> (base, overrides)`` of every run of ``grid``: stages first, then cells. A stage
+    reference (``{stage:x}``, the weights a run starts from) becomes the placeholder ``<stage x>``:
+    shapes do not depend on it, and nothing is read from it."""
     out = {}
     for name, stage in grid.stages.items():
         out[f"stage {name}"] = (stage["base"], {**stage.get("overrides", {}), "seed": 0})
     for cell in grid.cells:
         out[cell] = (grid.base, grid.overrides(cell, 0))
-    return {name: (base, {k: ("" if isinstance(v, str) and references({k: v}) else v) for k, v in o.items()})
-            for name, (base, o) in out.items()}
+    return {name: (base, {k: _placeholder(v) for k, v in o.items()}) for name, (base, o) in out.items()}
+
+
+def _placeholder(value):
+    if not isinstance(value, str) or not references({"": value}):
+        return value
+    return "<stage " + " ".join(references({"": value})) + ">"
 
 
 def _row(name: str, config, target, outcome) -> dict:
@@ -91,12 +96,12 @@ def compile_grid(grid: Grid, target, mesh: dict, out_dir: Path, load_config: Cal
     entry = {"commit": commit, "jax": jax.__version__, "overrides": dict(extra), "rows": {}}
     rows[target.name] = entry
     for name, (base, overrides) in runs(grid).items():
-        config = load_config(base, {**overrides, **extra})
-        if int(config.train.steps) == 0:
+        if {**overrides, **extra}.get("train.steps") == 0:
             log(f"{name}: evaluates only (train.steps=0), nothing to compile")
             continue
-        config.mesh.update(mesh)
         try:
+            config = load_config(base, {**overrides, **extra})
+            config.mesh.update(mesh)
             entry["rows"][name] = _row(name, config, target, compile_with_fix(config, target, compiler(target)))
         except (UserError, ValueError) as e:  # a run that cannot be built for this target: said in its row
             entry["rows"][name] = {"run": name, "fits": f"not compiled: {str(e).splitlines()[0][:160]}"}

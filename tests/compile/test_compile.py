@@ -181,3 +181,33 @@ def test_a_scanned_step_compiles_and_its_loop_count_is_corrected(tiny_config):
     assert estimate(plain, with_chip).loop_scale == 1
     est = estimate(scanned, with_chip)
     assert est.loop_scale > 1 and est.compute_s == pytest.approx(scanned.model_flops / 8 / CHIPS["v5e"].peak_flops)
+
+
+def test_the_fix_search_skips_unbuildable_candidates_and_names_the_combination(tiny_config):
+    """Candidates accumulate cheapest first; one the mesh cannot build (here grad_accum=2) is skipped."""
+    c = _config(tiny_config, **{"model.remat": "none", "data.batch_size": 8})
+    target = Target("fake", (None,) * 8, CHIPS["v5e"])
+    seen = []
+
+    def compile_for(cfg):
+        seen.append((cfg.model.remat, int(cfg.train.grad_accum)))
+        if cfg.train.grad_accum == 2:
+            raise ConfigError("micro-batch not divisible")
+        if cfg.model.remat == "full" and cfg.train.grad_accum == 4:
+            return aot.CompileStats("train", {}, 8, 32, 4, "full", 0, 0, 1, 0, 0, 0, 0, 1.0, 1.0, 1.0, 256, 0.0)
+        raise RuntimeError("RESOURCE_EXHAUSTED: Ran out of memory on HBM, the total memory required for HLO "
+                           "temporaries (20.0G) exceeds available HBM (15.75G).")
+
+    flag, stats = fit.cheapest_fix(c, target, compile_for)
+    assert seen == [("dots", 1), ("full", 1), ("full", 2), ("full", 4)]
+    assert flag == "--config.model.remat=full --config.train.grad_accum=4" and stats.grad_accum == 4
+
+
+def test_grid_runs_keep_stages_and_stand_in_for_their_weights():
+    from edge_jax.grid.compile_table import runs
+    from edge_jax.grid.spec import load_grid
+    grid = load_grid("ablations/edgeinfinite_main.py", "paper")
+    found = runs(grid)
+    assert list(found)[:2] == ["stage base", "stage gate"]
+    assert found["stage gate"][1]["init_from"] == "<stage base>"
+    assert found["edgeinfinite"][1]["train.steps"] == 0  # evaluates only: compile_grid skips it
