@@ -57,6 +57,9 @@ def report(config, target, decode: bool = False, fix: bool = True) -> tuple[str,
         rows = describe(out.stats, target, 0.0 if decode else float(config.train.steps) * out.stats.tokens)
     if not out.fits and fix:
         rows.append(fix_row(out.fix, out.fix_stats, target))
+        if out.fix_stats is not None:  # the step as it fits
+            rows += [(f"with the fix: {k}", v) for k, v in describe(out.fix_stats, target, float(
+                config.train.steps) * out.fix_stats.tokens)[2:]]
     return table(rows) + ("\n" + NOTE if target.chip else ""), out.fits
 
 

@@ -3,6 +3,7 @@ the grid's compile table. TPU compiles need libtpu (the tpu extra, which CI inst
 a 4-chip slice and tiny models so each takes seconds."""
 import dataclasses
 import importlib.util
+import re
 
 import jax
 import pytest
@@ -211,3 +212,14 @@ def test_grid_runs_keep_stages_and_stand_in_for_their_weights():
     assert list(found)[:2] == ["stage base", "stage gate"]
     assert found["stage gate"][1]["init_from"] == "<stage base>"
     assert found["edgeinfinite"][1]["train.steps"] == 0  # evaluates only: compile_grid skips it
+
+
+@needs_libtpu
+@pytest.mark.slow
+def test_the_command_prints_the_step_as_it_fits(tiny_config):
+    from edge_jax.compile.command import report
+    c = _config(tiny_config, **{"model.vocab_size": 65536, "data.batch_size": 512, "data.seq_len": 1024,
+                                "model.n_layers": 1, "model.remat": "dots"})
+    text, ok = report(c, make_target("v5e-4"), fix=True)
+    assert not ok and re.search(r"cheapest fix the compiler confirms +--config\.model\.remat=full", text)
+    assert "with the fix: est. MFU" in text and "with the fix: total / device" in text
