@@ -11,6 +11,7 @@ import argparse
 import sys
 from typing import Callable
 
+from edge_jax.compile.chips import prepare_for_argv
 from edge_jax.errors import ConfigError, UserError
 
 # Core groups that registered commands join as "GROUP NAME": group -> (help, dest of the choice).
@@ -120,18 +121,9 @@ def _add(sub, name: str, add_parser: Callable) -> None:
         raise ValueError(f"command {name!r} added no parser of that name; name its parser as registered")
 
 
-def _before_jax_starts(argv: list[str]) -> None:
-    """``--topology`` (compile, grid --compile-only) must set JAX's platform and simulated device
-    count before anything starts a backend (building the parser imports the plugins)."""
-    from edge_jax.compile.chips import prepare_environment
-    for i, a in enumerate(argv):
-        if a.startswith("--topology"):
-            prepare_environment(a.partition("=")[2] or (argv[i + 1] if i + 1 < len(argv) else ""))
-
-
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    _before_jax_starts(argv)
+    prepare_for_argv(argv)  # before building the parser, which imports the plugins and may start JAX
     parser = build_parser()
     try:
         rest, overrides = _split_config_overrides(argv)

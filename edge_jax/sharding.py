@@ -74,12 +74,17 @@ def make_mesh(mesh_cfg, devices=None) -> Mesh:
 
 def check_divisible(config, mesh: Mesh) -> None:
     """Impossible combinations of sizes and mesh, named in one line."""
-    m, d = config.model, config.data
+    m, d = config.model, config.data  # the batch here, the model's dims in check_model_divisible
     batch_ways = mesh.shape["data"] * mesh.shape["fsdp"]
     micro = d.batch_size // config.train.grad_accum
     if micro % batch_ways:
         raise ConfigError(f"micro-batch {micro} (data.batch_size={d.batch_size} / train.grad_accum="
                           f"{config.train.grad_accum}) is not divisible by mesh data*fsdp={batch_ways}")
+    check_model_divisible(m, mesh)
+
+
+def check_model_divisible(m, mesh: Mesh) -> None:
+    """The model's dimensions (``config.model``) against the tensor and fsdp axes, in one line."""
     t = mesh.shape["tensor"]
     for key in ("n_heads", "n_kv_heads", "d_ff", "vocab_size"):
         if m[key] % t:

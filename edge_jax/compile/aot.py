@@ -12,7 +12,6 @@ from __future__ import annotations
 import dataclasses
 import time
 
-import flax.linen as nn
 import jax
 import jax.numpy as jnp
 import ml_collections
@@ -24,8 +23,8 @@ from jax.sharding import PartitionSpec as P
 from edge_jax.compile.chips import Target
 from edge_jax.config import ConfigError
 from edge_jax.models import DecoderLM
-from edge_jax.models.count import ROM_AXES, abstract_params
-from edge_jax.sharding import MESH_AXES, batch_sharding, check_divisible, on_mesh, replicated
+from edge_jax.models.count import ROM_AXES, param_sizes
+from edge_jax.sharding import MESH_AXES, batch_sharding, check_divisible, check_model_divisible, on_mesh, replicated
 from edge_jax.train.optim import make_optimizer
 from edge_jax.train.setup import model_config
 from edge_jax.train.state import abstract_train_state
@@ -101,14 +100,11 @@ def model_flops(cfg, tokens: int, seq: int, train: bool = True) -> float:
     matmul params N (embedding only when tied, MoE experts at top_k / experts, token-indexed memory
     tables excluded: they are looked up, not multiplied), plus ``12 L H K T`` per token for
     attention scores and values (non-causal count). Forward only: a third of it."""
-    boxed = abstract_params(DecoderLM(cfg))["params"]
     n = 0.0
-    for leaf in jax.tree_util.tree_leaves(boxed, is_leaf=lambda x: isinstance(x, nn.Partitioned)):
-        names, shape = tuple(getattr(leaf, "names", ())), nn.unbox(leaf).shape
-        names = tuple(n for n in names if n != "layers")  # a scanned stack's leading axis
+    for _, size, names in param_sizes(cfg):
+        names = tuple(x for x in names if x != "layers")  # a scanned stack's leading axis
         if len(names) < 2 or names in ROM_AXES or (names == ("vocab", "embed") and not cfg.tie_embeddings):
             continue
-        size = float(np.prod(shape))
         n += size * cfg.moe_top_k / cfg.moe_experts if "expert" in names else size
     per_token = 6 * n + 12 * cfg.n_layers * cfg.n_heads * cfg.head_dim * seq
     return per_token * tokens / (1 if train else 3)
@@ -165,13 +161,11 @@ def compile_train(config: ml_collections.ConfigDict, target: Target) -> CompileS
 def compile_decode(config: ml_collections.ConfigDict, target: Target, batch: int, max_len: int) -> CompileStats:
     """Compile one decode step (one token per row against a ``max_len``-slot KV cache) for ``target``:
     params in their training shardings, the cache's rows over the data axes where they divide."""
-    from edge_jax.infer.decode import _forward, check_supported
+    from edge_jax.infer.decode import check_supported, forward_chunk
     from edge_jax.infer.kv_state import empty_caches
     check_vocab(config)
     mesh = mesh_for(target, config.mesh)
-    shapes = ml_collections.ConfigDict(config.to_dict())  # the model's dims against the mesh; rows checked below
-    shapes.data.batch_size, shapes.train.grad_accum = mesh.shape["data"] * mesh.shape["fsdp"], 1
-    check_divisible(shapes, mesh)
+    check_model_divisible(config.model, mesh)  # the rows are placed below, over the data axes where they divide
     cfg = model_config(config)
     check_supported(cfg)
     model = DecoderLM(cfg)
@@ -186,6 +180,6 @@ def compile_decode(config: ml_collections.ConfigDict, target: Target, batch: int
 
     cache = jax.tree_util.tree_map(place, cache_shapes)
     token = jax.ShapeDtypeStruct((batch, 1), jnp.int32, sharding=batch_sharding(mesh) if rows else replicated(mesh))
-    lowered = on_mesh(mesh, _forward.lower)
+    lowered = on_mesh(mesh, forward_chunk.lower)
     return _stats("decode", lambda: lowered(model, params, cache, token, {}).compile(), mesh, config,
                   batch, max_len, batch, params, params, cfg, train=False)

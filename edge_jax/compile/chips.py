@@ -119,6 +119,14 @@ def make_target(name: str, slices: int = 1) -> Target:
     return tpu_target(name, slices)
 
 
+def prepare_for_argv(argv: list[str]) -> None:
+    """:func:`prepare_environment` for a command line's ``--topology`` (compile, grid --compile-only),
+    called by the entry points before anything starts a backend."""
+    for i, a in enumerate(argv):
+        if a.startswith("--topology"):
+            prepare_environment(a.partition("=")[2] or (argv[i + 1] if i + 1 < len(argv) else ""))
+
+
 def prepare_environment(topology: str) -> None:
     """Before JAX starts a backend: for a TPU slice or ``cpu:N``, run on the CPU backend (so libtpu
     does not probe for a chip) and, for ``cpu:N``, ask for N simulated devices."""

@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 from typing import Callable
 
-from edge_jax.compile.chips import make_target, prepare_environment
+from edge_jax.compile.chips import make_target
 from edge_jax.config import ConfigError
 from edge_jax.registry import COMMANDS
 from edge_jax.sharding import MESH_AXES
@@ -59,7 +59,7 @@ def report(config, target, decode: bool = False, fix: bool = True) -> tuple[str,
         rows.append(fix_row(out.fix, out.fix_stats, target))
         if out.fix_stats is not None:  # the step as it fits
             rows += [(f"with the fix: {k}", v) for k, v in describe(out.fix_stats, target, float(
-                config.train.steps) * out.fix_stats.tokens)[2:]]
+                config.train.steps) * out.fix_stats.tokens)[1:]]
     return table(rows) + ("\n" + NOTE if target.chip else ""), out.fits
 
 
@@ -86,7 +86,6 @@ def add_parser(sub) -> None:
 
 
 def run(args, overrides) -> int:
-    prepare_environment(args.topology)  # too late if a backend has started: the CLI calls it first
     target = make_target(args.topology, args.slices)
     text, _ = report(load(args, overrides), target, args.decode, not args.no_fix)
     print(text)

@@ -17,6 +17,7 @@ import ml_collections
 
 from edge_jax.compile.aot import CompileStats
 from edge_jax.compile.chips import Target
+from edge_jax.config import apply_overrides
 from edge_jax.errors import UserError
 
 _UNITS = {"": 1, "K": 1024, "M": 1024 ** 2, "G": 1024 ** 3, "T": 1024 ** 4}
@@ -89,11 +90,8 @@ def candidate_fixes(config: ml_collections.ConfigDict, n_devices: int) -> list[t
 
 
 def with_overrides(config: ml_collections.ConfigDict, overrides: dict) -> ml_collections.ConfigDict:
-    out = ml_collections.ConfigDict(config.to_dict())
-    for key, value in overrides.items():
-        section, name = key.split(".")
-        out[section][name] = value
-    return out
+    """A copy of ``config`` with ``overrides`` applied (``config`` is left as it is)."""
+    return apply_overrides(ml_collections.ConfigDict(config.to_dict()), overrides)
 
 
 def cheapest_fix(config, target: Target, compile_for: Callable, max_tries: int = 4):

@@ -17,10 +17,8 @@ from __future__ import annotations
 import dataclasses
 
 from edge_jax.compile.aot import CompileStats
-from edge_jax.compile.chips import Target
+from edge_jax.compile.chips import GiB, Target
 from edge_jax.compile.fit import OutOfMemory
-
-GiB = 1024 ** 3
 
 
 @dataclasses.dataclass

@@ -137,13 +137,12 @@ def run(args: argparse.Namespace, *, train_fn: runner.TrainFn | None = None,
 
 
 def _compile_only(grid, args, extra, load_config, log, error) -> int:
-    from edge_jax.compile.chips import make_target, prepare_environment
+    from edge_jax.compile.chips import make_target
     from edge_jax.compile.command import parse_mesh
     from edge_jax.errors import UserError
     from edge_jax.grid.compile_table import compile_grid
     if not args.topology:
         return error("--compile-only needs --topology (e.g. v5p-128, v5e-256, cpu:8)")
-    prepare_environment(args.topology)  # too late if a backend has started: the CLI calls it first
     try:
         target = make_target(args.topology, args.slices)
         path = compile_grid(grid, target, parse_mesh(args.mesh, args.slices),
@@ -156,6 +155,8 @@ def _compile_only(grid, args, extra, load_config, log, error) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from edge_jax.compile.chips import prepare_for_argv
+    prepare_for_argv(sys.argv[1:] if argv is None else argv)
     parser = argparse.ArgumentParser(prog="edge-jax grid", description=__doc__.splitlines()[0])
     add_arguments(parser)
     return run(parser.parse_args(argv))

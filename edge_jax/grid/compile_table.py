@@ -36,9 +36,8 @@ def runs(grid: Grid) -> dict[str, tuple[str, dict]]:
 
 
 def _placeholder(value):
-    if not isinstance(value, str) or not references({"": value}):
-        return value
-    return "<stage " + " ".join(references({"": value})) + ">"
+    refs = references({"": value})
+    return "<stage " + " ".join(refs) + ">" if refs else value
 
 
 def _row(name: str, config, target, outcome) -> dict:

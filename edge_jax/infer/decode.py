@@ -52,7 +52,7 @@ def cache_length(cache) -> int:
 
 
 @functools.partial(jax.jit, static_argnums=0, donate_argnums=2)
-def _forward(model, params, cache, tokens_BT, extra):
+def forward_chunk(model, params, cache, tokens_BT, extra):
     """Write ``tokens_BT`` into the cache; logits at the last position, their argmax, the new cache."""
     B, T = tokens_BT.shape
     start = cache_index(cache)
@@ -71,14 +71,14 @@ def prefill(model, params, cache, tokens_BT, **extra):
     if start + T > S:
         raise ValueError(f"{T} prompt tokens at cache index {start} exceed the cache length {S}; "
                          "raise max_len in init_cache")
-    logits_BV, _, cache = _forward(model, params, cache, tokens_BT, extra)
+    logits_BV, _, cache = forward_chunk(model, params, cache, tokens_BT, extra)
     return logits_BV, cache
 
 
 def decode_step(model, params, cache, token_B1, **extra):
     """``(logits_BV, cache)`` for one new token per row (not bounds-checked: checking would sync)."""
     check_supported(model.cfg)
-    logits_BV, _, cache = _forward(model, params, cache, token_B1, extra)
+    logits_BV, _, cache = forward_chunk(model, params, cache, token_B1, extra)
     return logits_BV, cache
 
 
@@ -95,7 +95,7 @@ def decode_tokens(model, params, cache, token_B1, steps: int, meki_rows_fn: Call
     out, host_B1 = [], np.asarray(token_B1)
     for _ in range(steps):
         extra = {} if meki_rows_fn is None else {"meki_rows": meki_rows_fn(host_B1)}
-        _, token_B1, cache = _forward(model, params, cache, token_B1, extra)
+        _, token_B1, cache = forward_chunk(model, params, cache, token_B1, extra)
         host_B1 = np.asarray(token_B1)
         out.append(host_B1)
     tokens_BN = np.concatenate(out, axis=1) if out else np.zeros((host_B1.shape[0], 0), np.int32)
@@ -113,7 +113,7 @@ def greedy_decode(model, params, prompt_BT, new_tokens: int, meki_rows_fn: Calla
         return np.zeros((B, 0), np.int32)
     cache = init_cache(model, B, T + new_tokens)
     extra = {} if meki_rows_fn is None else {"meki_rows": meki_rows_fn(prompt_BT)}
-    _, first_B1, cache = _forward(model, params, cache, jnp.asarray(prompt_BT), extra)
+    _, first_B1, cache = forward_chunk(model, params, cache, jnp.asarray(prompt_BT), extra)
     rest_BN, _ = decode_tokens(model, params, cache, first_B1, new_tokens - 1, meki_rows_fn)
     return np.concatenate([np.asarray(first_B1), rest_BN], axis=1)
 

@@ -24,7 +24,7 @@ def abstract_params(model: nn.Module, seq_len: int = 8):
 ROM_AXES = {("vocab", "mem"), ("ngram", "mem")}
 
 
-def _sizes(model_cfg: ModelConfig) -> list[tuple[str, int, tuple]]:
+def param_sizes(model_cfg: ModelConfig) -> list[tuple[str, int, tuple]]:
     """(path, size, logical axis names) of every parameter of the model."""
     boxed = abstract_params(DecoderLM(model_cfg))["params"]
     flat = jax.tree_util.tree_flatten_with_path(boxed, is_leaf=lambda x: isinstance(x, nn.Partitioned))[0]
@@ -38,12 +38,12 @@ def param_breakdown(model_cfg: ModelConfig) -> dict:
     ``ram`` and ``rom`` are counted on the inference form: a MeKi model after folding (its
     training-only projection G disappears into the table). ``rom`` is every memory table.
     """
-    train = _sizes(model_cfg)
+    train = param_sizes(model_cfg)
     total = sum(n for _, n, _ in train)
     embed = sum(n for path, n, _ in train if path.startswith("['embed']"))
     head = sum(n for path, n, _ in train if path.startswith("['lm_head']"))
     out = {"total": total, "embedding": embed, "lm_head": head, "non_embedding": total - embed - head}
-    infer = _sizes(folded_config(model_cfg))
+    infer = param_sizes(folded_config(model_cfg))
     rom = sum(n for _, n, names in infer if names in ROM_AXES)
     out.update(ram=sum(n for _, n, _ in infer) - rom, rom=rom)
     return out

@@ -52,8 +52,7 @@ def test_a_mesh_must_use_every_device():
 
 
 def _config(tiny_config, **extra):
-    c = tiny_config(**{"model.vocab_size": 256, "mesh.data": 1, "mesh.fsdp": -1, "mesh.tensor": 1, **extra})
-    return c
+    return tiny_config(**{"model.vocab_size": 256, "mesh.data": 1, "mesh.fsdp": -1, "mesh.tensor": 1, **extra})
 
 
 def test_an_axis_that_does_not_divide_a_dimension_is_named(tiny_config):
