@@ -32,7 +32,7 @@ LOGICAL_RULES = (
     ("head_dim", None),
     ("kv_lora", None),      # MLA latent width (d_c, and the query rank)
     ("norm", None),
-    ("mem", None),          # MeKi / PLE / Engram memory width
+    ("mem", "fsdp"),        # MeKi / PLE / Engram memory width: |V| x d_mem tables shard like the embedding
     ("ngram", "tensor"),    # rows of the hashed Engram tables, sharded like the vocabulary
     ("expert", None),       # MoE experts: replicated; each expert's width follows "mlp"
     ("layers", None),       # the scanned layer axis (model.scan_layers): every device holds every layer
@@ -93,14 +93,28 @@ def check_model_divisible(m, mesh: Mesh) -> None:
         raise ConfigError(f"model.d_model={m.d_model} is not divisible by mesh.fsdp={mesh.shape['fsdp']}")
 
 
+def divisible_spec(spec: P, shape: tuple, mesh: Mesh) -> P:
+    """``spec`` with every dimension that its mesh axes do not divide left unsharded (replicated):
+    jit refuses uneven argument shardings, and a rule such as ``mem -> fsdp`` cannot know that
+    d_mem 128 does not split 256 ways."""
+    def ways(axes):
+        return int(np.prod([mesh.shape[a] for a in ((axes,) if isinstance(axes, str) else axes)]))
+
+    return P(*(None if axes is not None and size % ways(axes) else axes
+               for axes, size in zip(tuple(spec) + (None,) * (len(shape) - len(spec)), shape)))
+
+
 def logical_shardings(abstract_tree, mesh: Mesh, rules=LOGICAL_RULES):
-    """NamedShardings for a tree of (possibly boxed) abstract values."""
+    """NamedShardings for a tree of (possibly boxed) abstract values; a dimension the rules would
+    split unevenly is replicated instead (:func:`divisible_spec`)."""
     specs = nn.get_partition_spec(abstract_tree)
     shardings = nn.logical_to_mesh_sharding(specs, mesh, rules)
     # optax.multi_transform / masked leave empty MaskedNode placeholders in the optimizer state
     def keep_masked(a, s):
         inner = a.unbox() if isinstance(a, nn.meta.AxisMetadata) else a
-        return optax.MaskedNode() if isinstance(inner, optax.MaskedNode) else s
+        if isinstance(inner, optax.MaskedNode):
+            return optax.MaskedNode()
+        return NamedSharding(mesh, divisible_spec(s.spec, inner.shape, mesh))
 
     return jax.tree_util.tree_map(keep_masked, abstract_tree, shardings,
                                   is_leaf=lambda x: isinstance(x, (optax.MaskedNode, nn.meta.AxisMetadata)))

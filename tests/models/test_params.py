@@ -2,12 +2,13 @@
 import jax
 import jax.numpy as jnp
 import pytest
+from jax.sharding import PartitionSpec as P
 
 from edge_jax.config import load_config
 from edge_jax.models import DecoderLM, ModelConfig
 from edge_jax.models.count import param_breakdown, report_params
 from edge_jax.models.presets import MEKI_PAPER, PAPER_PARAMS
-from edge_jax.sharding import make_mesh
+from edge_jax.sharding import divisible_spec, make_mesh
 from edge_jax.train.optim import make_optimizer
 from edge_jax.train.state import abstract_train_state
 from edge_jax.train.step import make_train_step
@@ -48,9 +49,32 @@ def test_meki_paper_sizes_match_ram_and_rom(size):
     assert report.count("within 3%") == 2 and "OUTSIDE" not in report
 
 
-def test_meki_tables_shard_over_the_vocabulary():
+def test_meki_tables_shard_like_the_embedding():
+    """|V| x d_mem tables split rows over tensor and d_mem over fsdp, so no device holds a whole one
+    (replicated they were ~8 GiB per device with Adam for Qwen3-0.6B, docs/compile.md)."""
     cfg = load_config("configs/meki.py:size=qwen3_0p6b", {"mesh.data": 1, "mesh.fsdp": 4, "mesh.tensor": 2})
     mesh = make_mesh(cfg.mesh, jax.devices()[:8])
     tx, _ = make_optimizer(cfg.train)
+    abstract, shardings = abstract_train_state(DecoderLM(ModelConfig.from_config(cfg.model)), tx, mesh)
+    assert tuple(shardings.params["layers_0"]["meki"]["expert"]["memory"].spec) == ("tensor", "fsdp")
+    tables = [x.sharding.spec for x in jax.tree_util.tree_leaves(abstract.opt_state)
+              if getattr(x, "shape", None) == (151_680, 128)]
+    assert len(tables) == 2 * 28 and all(tuple(s) == ("tensor", "fsdp") for s in tables)  # Adam mu, nu
+
+
+def test_a_dimension_the_mesh_does_not_divide_is_replicated():
+    cfg = load_config("configs/meki.py:size=qwen3_0p6b", {"mesh.data": 1, "mesh.fsdp": 8, "mesh.tensor": 1,
+                                                           "model.d_mem": 100})
+    mesh = make_mesh(cfg.mesh, jax.devices()[:8])
+    tx, _ = make_optimizer(cfg.train)
     _, shardings = abstract_train_state(DecoderLM(ModelConfig.from_config(cfg.model)), tx, mesh)
-    assert tuple(shardings.params["layers_0"]["meki"]["expert"]["memory"].spec) == ("tensor", None)
+    meki = shardings.params["layers_0"]["meki"]
+    assert tuple(meki["expert"]["memory"].spec) == ("tensor", None)   # 100 does not split 8 ways
+    assert tuple(shardings.params["embed"]["embedding"].spec) == ("tensor", "fsdp")
+
+
+def test_divisible_spec():
+    mesh = make_mesh({"data": 2, "fsdp": 2, "tensor": 2}, jax.devices()[:8])
+    assert divisible_spec(P(("data", "fsdp"), "tensor"), (8, 6), mesh) == P(("data", "fsdp"), "tensor")
+    assert divisible_spec(P(("data", "fsdp"), "tensor"), (6, 5), mesh) == P(None, None)
+    assert divisible_spec(P("tensor"), (4, 3), mesh) == P("tensor", None)
