@@ -62,6 +62,7 @@ class TrainKeys:
     weight_decay: float = 0.1
     clip_norm: float = 1.0
     grad_accum: int = 1
+    loss_chunk: int = 0    # > 0: LM head + cross-entropy this many positions at a time (models/head.py)
     log_every: int = 10
     eval_every: int = 50
     eval_batches: int = 20
@@ -268,6 +269,8 @@ def validate(c: ml_collections.ConfigDict) -> None:
         raise ConfigError("train.steps=0 only evaluates another run: set init_from=<workdir> or train.steps > 0")
     if d.batch_size % t.grad_accum:
         raise ConfigError(f"data.batch_size={d.batch_size} is not divisible by train.grad_accum={t.grad_accum}")
+    if t.loss_chunk < 0 or (t.loss_chunk and d.seq_len % t.loss_chunk):
+        raise ConfigError(f"train.loss_chunk={t.loss_chunk} must be 0 (off) or divide data.seq_len={d.seq_len}")
     if not 0 <= t.min_lr <= t.lr:
         raise ConfigError(f"train.min_lr={t.min_lr} must lie in [0, train.lr={t.lr}]")
     if t.steps and t.warmup_steps >= t.steps and t.schedule != "constant":

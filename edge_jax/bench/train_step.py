@@ -44,7 +44,7 @@ def run(args, overrides) -> str:
     batch = {"inputs": jax.device_put(tokens[:, :-1], sharding), "targets": jax.device_put(tokens[:, 1:], sharding)}
 
     state, shardings = create_train_state(run.model, run.tx, run.mesh, cfg.seed)
-    ours_step = jax.jit(make_train_step(cfg.train.grad_accum, run.schedule), donate_argnums=0,
+    ours_step = jax.jit(make_train_step(cfg.train.grad_accum, run.schedule, cfg.train.loss_chunk), donate_argnums=0,
                         in_shardings=(shardings, sharding), out_shardings=(shardings, None))
     opt, min_step = minimal_step_fn(run.model.apply, cfg.train)
     params = jax.tree_util.tree_map(lambda x: x.copy(), state.params)

@@ -151,7 +151,7 @@ def compile_train(config: ml_collections.ConfigDict, target: Target) -> CompileS
         n = len(cfg.engram_orders) * cfg.engram_heads
         batch["ngram_ids"] = jax.ShapeDtypeStruct((b, t, n), jnp.int32, sharding=NamedSharding(mesh, P(
             ("data", "fsdp"), None, None)))
-    step = jax.jit(make_train_step(config.train.grad_accum, schedule), donate_argnums=0,
+    step = jax.jit(make_train_step(config.train.grad_accum, schedule, config.train.loss_chunk), donate_argnums=0,
                    in_shardings=(shardings, data if cfg.memory != "engram" else None),
                    out_shardings=(shardings, None))
     return _stats("train", lambda: on_mesh(mesh, step.lower)(state_abs, batch).compile(), mesh, config, b * t, t, b,

@@ -3,9 +3,10 @@ confirms makes it fit.
 
 A TPU compile that needs more HBM than the chip has fails in the compiler (RESOURCE_EXHAUSTED);
 :func:`compile_or_oom` turns that into an :class:`OutOfMemory` with the bytes asked for and
-available. :func:`cheapest_fix` then compiles candidate changes, cheapest first (rematerialise
-matmul outputs only, rematerialise everything, shard parameters over every device, halve the
-micro-batch with gradient accumulation), and names the first one that compiles and fits.
+available. :func:`cheapest_fix` then compiles candidate changes, cheapest first (the loss a chunk
+of positions at a time, rematerialise matmul outputs only, rematerialise everything, shard
+parameters over every device, halve the micro-batch with gradient accumulation), and names the
+first one that compiles and fits.
 """
 from __future__ import annotations
 
@@ -20,6 +21,7 @@ from edge_jax.compile.chips import Target
 from edge_jax.config import apply_overrides
 from edge_jax.errors import UserError
 
+LOSS_CHUNK = 512  # positions of logits at a time when the loss is chunked (a 151,680 vocabulary: 0.3 GB)
 _UNITS = {"": 1, "K": 1024, "M": 1024 ** 2, "G": 1024 ** 3, "T": 1024 ** 4}
 
 
@@ -73,6 +75,9 @@ def fits(result: CompileStats | OutOfMemory, target: Target) -> bool:
 def candidate_fixes(config: ml_collections.ConfigDict, n_devices: int) -> list[tuple[str, dict]]:
     """``(what to pass, overrides)`` cheapest first, each applied on top of ``config``."""
     out = []
+    seq = int(config.data.seq_len)
+    if not int(config.train.get("loss_chunk", 0)) and seq > LOSS_CHUNK and seq % LOSS_CHUNK == 0:
+        out.append((f"--config.train.loss_chunk={LOSS_CHUNK}", {"train.loss_chunk": LOSS_CHUNK}))
     remat = config.model.get("remat", None)
     if remat is not None:
         if remat == "none":
@@ -94,10 +99,10 @@ def with_overrides(config: ml_collections.ConfigDict, overrides: dict) -> ml_col
     return apply_overrides(ml_collections.ConfigDict(config.to_dict()), overrides)
 
 
-def cheapest_fix(config, target: Target, compile_for: Callable, max_tries: int = 4):
+def cheapest_fix(config, target: Target, compile_for: Callable, max_tries: int = 5):
     """``(flag, stats)`` of the first candidate (and the ones before it combined) that fits, or
-    ``(None, None)`` after ``max_tries`` compiles. Fixes accumulate: remat first, then sharding,
-    then accumulation, so the one named includes those before it."""
+    ``(None, None)`` after ``max_tries`` compiles. Fixes accumulate: the chunked loss, remat, then
+    sharding, then accumulation, so the one named includes those before it."""
     applied: dict = {}
     flags: list[str] = []
     for flag, overrides in candidate_fixes(config, len(target.devices))[:max_tries]:

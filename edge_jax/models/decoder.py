@@ -38,6 +38,7 @@ from edge_jax.layers.memory.base import HOST_INPUTS, MEMORY_KINDS
 from edge_jax.layers.moe.layer import MoE
 from edge_jax.layers.norms import RMSNorm
 from edge_jax.models.config import ModelConfig
+from edge_jax.models.head import HeadKernel, vocab_logits
 from edge_jax.models.scan import REMAT_POLICIES, STACKED
 from edge_jax.sharding import constrain
 
@@ -131,13 +132,14 @@ class DecoderLM(nn.Module):
 
     @nn.compact
     def __call__(self, tokens_BT, positions_BT=None, return_hidden: bool = False, ngram_ids=None,
-                 meki_rows=None, ffn_mask_ratio=None, attn_context=None):
+                 meki_rows=None, ffn_mask_ratio=None, attn_context=None, features_only: bool = False):
         """``ngram_ids`` [B, T, N]: host-hashed Engram ids (memory=engram only). ``meki_rows``
         [B, T, L, d_mem]: folded MeKi rows gathered outside the model (e.g. from host memory).
         ``ffn_mask_ratio``: zero the smallest fraction of every FFN's activations (sparsity analysis).
         ``attn_context``: one dict per layer, its explicit KV cache (and EdgeInfinite memory) for the
         attention layers (:mod:`edge_jax.infer.kv_state`, :mod:`edge_jax.layers.cache_attention`);
-        pass ``positions_BT`` with it."""
+        pass ``positions_BT`` with it. ``features_only``: ``(h_BTD, w_DV)``, the final hidden states
+        and the head's weight in the compute dtype, instead of the logits (:mod:`edge_jax.models.head`)."""
         c = self.cfg
         memory = MEMORY_KINDS.get(c.memory)
         host = {"meki_rows": meki_rows, "ngram_ids": ngram_ids}
@@ -167,15 +169,11 @@ class DecoderLM(nn.Module):
                 h = constrain(h, ("batch", "seq", "embed"))
                 hidden.append(h)
         h = RMSNorm(c.norm_eps, "norm", c.param_dtype, name="final_norm")(h)
-        if c.tie_embeddings:
-            logits = embed.attend(h)
-        else:
-            logits = nn.Dense(c.vocab_size, use_bias=False, dtype=jnp.dtype(c.dtype),
-                              param_dtype=jnp.dtype(c.param_dtype), name="lm_head",
-                              kernel_init=nn.with_logical_partitioning(nn.initializers.normal(c.init_std),
-                                                                       ("embed", "vocab")))(h)
-        logits = constrain(logits.astype(jnp.float32), ("batch", "seq", "vocab"))
-        return (logits, hidden) if return_hidden else logits
+        w = embed.embedding.T if c.tie_embeddings else HeadKernel(c.d_model, c.vocab_size, c.init_std,
+                                                                    c.param_dtype, name="lm_head")()
+        h, w = h.astype(jnp.dtype(c.dtype)), w.astype(jnp.dtype(c.dtype))
+        out = (h, w) if features_only else vocab_logits(h, w)
+        return (out, hidden) if return_hidden else out
 
     def _scanned(self, h, positions_BT, ctx, stacked, return_hidden):
         """The stack as one scanned block (``model.scan_layers``): ``(h, per-layer hidden states)``.

@@ -119,7 +119,7 @@ def train_and_evaluate(config, workdir: str, devices=None) -> dict:
     if lead:
         print(f"training {trained:,} of {total:,} weights ({100 * trained / total:.2f}%"
               f"{'' if t.trainable == ALL else f'; train.trainable={t.trainable!r}'})", flush=True)
-    train_step = on_mesh(run.mesh, jax.jit(make_train_step(t.grad_accum, run.schedule), donate_argnums=0,
+    train_step = on_mesh(run.mesh, jax.jit(make_train_step(t.grad_accum, run.schedule, t.loss_chunk), donate_argnums=0,
                                            in_shardings=(shardings, data_sharding), out_shardings=(shardings, None)))
     eval_step = on_mesh(run.mesh, jax.jit(make_eval_step(run.model.apply),
                                           in_shardings=(shardings.params, data_sharding)))

@@ -5,11 +5,19 @@ import jax
 import jax.numpy as jnp
 import optax
 
+from edge_jax.models.head import chunked_token_losses, token_losses
 from edge_jax.models.inputs import model_kwargs
 
 
-def token_losses(logits_BTV, targets_BT):
-    return optax.softmax_cross_entropy_with_integer_labels(logits_BTV.astype(jnp.float32), targets_BT)
+def batch_token_losses(params, apply_fn, batch, loss_chunk: int = 0, mutable=False):
+    """``(losses_BT, variables)`` of the model on ``batch``: the whole logits at once, or with
+    ``loss_chunk`` > 0 the head and cross-entropy ``loss_chunk`` positions at a time
+    (:func:`edge_jax.models.head.chunked_token_losses`: same values, a chunk's logits in memory)."""
+    out, variables = apply_fn({"params": params}, batch["inputs"], **model_kwargs(batch),
+                              features_only=loss_chunk > 0, mutable=mutable or [])
+    if loss_chunk > 0:
+        return chunked_token_losses(*out, batch["targets"], loss_chunk), variables
+    return token_losses(out, batch["targets"]), variables
 
 
 def auxiliary_loss(variables) -> jax.Array:
@@ -18,12 +26,13 @@ def auxiliary_loss(variables) -> jax.Array:
     return sum((jnp.sum(x) for x in leaves), jnp.zeros((), jnp.float32))
 
 
-def make_train_step(grad_accum: int, schedule):
-    """``train_step(state, batch) -> (state, metrics)``; the batch is split into ``grad_accum`` micro-batches."""
+def make_train_step(grad_accum: int, schedule, loss_chunk: int = 0):
+    """``train_step(state, batch) -> (state, metrics)``; the batch is split into ``grad_accum``
+    micro-batches; ``loss_chunk`` > 0 computes the loss that many positions at a time."""
 
     def loss_fn(params, apply_fn, micro):
-        logits, aux = apply_fn({"params": params}, micro["inputs"], **model_kwargs(micro), mutable=["losses"])
-        return jnp.mean(token_losses(logits, micro["targets"])) + auxiliary_loss(aux)
+        losses, aux = batch_token_losses(params, apply_fn, micro, loss_chunk, mutable=["losses"])
+        return jnp.mean(losses) + auxiliary_loss(aux)
 
     def train_step(state, batch):
         grad_fn = jax.value_and_grad(loss_fn)
@@ -49,12 +58,13 @@ def make_train_step(grad_accum: int, schedule):
 
 
 def make_eval_step(apply_fn):
-    """``eval_step(params, batch) -> {"loss_sum", "tokens"}`` over the batch's masked targets."""
+    """``eval_step(params, batch) -> {"loss_sum", "tokens"}`` over the batch's masked targets (whole
+    logits: without a backward pass they are held once, and eval batches may be any length)."""
 
     def eval_step(params, batch):
-        logits = apply_fn({"params": params}, batch["inputs"], **model_kwargs(batch))
+        losses, _ = batch_token_losses(params, apply_fn, batch)
         mask = batch.get("mask")
         mask = jnp.ones(batch["targets"].shape, jnp.float32) if mask is None else mask
-        return {"loss_sum": jnp.sum(token_losses(logits, batch["targets"]) * mask), "tokens": jnp.sum(mask)}
+        return {"loss_sum": jnp.sum(losses * mask), "tokens": jnp.sum(mask)}
 
     return eval_step

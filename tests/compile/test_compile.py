@@ -125,6 +125,27 @@ def test_tpu_compile_fits_and_estimates(tiny_config):
     assert est.step_s > 0 and 0 < est.mfu < 1
 
 
+@needs_libtpu
+def test_a_chunked_loss_cuts_the_logits_temporaries(tiny_config):
+    """The fix the compile tables revealed for a large vocabulary: float32 logits are most of a
+    step's temporaries, and ``train.loss_chunk`` keeps one chunk of them alive at a time."""
+    c = _config(tiny_config, **{"model.vocab_size": 16384, "data.batch_size": 8, "data.seq_len": 1024,
+                                "model.n_layers": 1})
+    target = make_target("v5e-4")
+    whole = aot.compile_train(c, target)
+    chunked = aot.compile_train(fit.with_overrides(c, {"train.loss_chunk": 128}), target)
+    logits = 8 * 1024 * 16384 * 4 / 4  # float32 logits per device
+    assert whole.temp_bytes > logits > 10 * chunked.temp_bytes, (whole.temp_bytes, chunked.temp_bytes)
+
+
+def test_the_chunked_loss_is_the_first_candidate_for_long_sequences(tiny_config):
+    c = _config(tiny_config, **{"data.seq_len": 4096, "data.batch_size": 8, "model.remat": "none"})
+    flags = [flag for flag, _ in fit.candidate_fixes(c, 8)]
+    assert flags[:2] == ["--config.train.loss_chunk=512", "--config.model.remat=dots"]
+    short = _config(tiny_config, **{"model.remat": "none"})
+    assert not any("loss_chunk" in flag for flag, _ in fit.candidate_fixes(short, 8))
+
+
 def _too_big(tiny_config):
     """A batch whose logits alone overflow a v5e's 16 GiB."""
     return _config(tiny_config, **{"model.vocab_size": 65536, "data.batch_size": 512, "data.seq_len": 1024,
@@ -220,5 +241,6 @@ def test_the_command_prints_the_step_as_it_fits(tiny_config):
     c = _config(tiny_config, **{"model.vocab_size": 65536, "data.batch_size": 512, "data.seq_len": 1024,
                                 "model.n_layers": 1, "model.remat": "dots"})
     text, ok = report(c, make_target("v5e-4"), fix=True)
-    assert not ok and re.search(r"cheapest fix the compiler confirms +--config\.model\.remat=full", text)
+    assert not ok and re.search(r"cheapest fix the compiler confirms +--config\.train\.loss_chunk=512 "
+                                r"--config\.model\.remat=full", text)
     assert "with the fix: est. MFU" in text and "with the fix: total / device" in text
