@@ -12,6 +12,7 @@ import os
 
 import flax.linen as nn
 import jax
+import jax.numpy as jnp
 import numpy as np
 import optax
 from jax.sharding import Mesh, NamedSharding
@@ -142,6 +143,30 @@ def constrain(x, names: tuple):
     if mesh is None or mesh.size == 1:
         return x
     return nn.with_logical_constraint(x, names, rules=LOGICAL_RULES, mesh=mesh)
+
+
+def take_rows(table_VM, ids, width_axis: str = "mem"):
+    """``table[ids]`` for a token-indexed table whose width is sharded (``width_axis``, over fsdp by
+    :data:`LOGICAL_RULES`): each device looks up the ids of its whole fsdp group (ids are 4 bytes a
+    token) in its own columns, then one all-to-all over fsdp moves the rows to the batch layout. The
+    backward pass so scatter-adds into each device's own columns. A plain ``take`` leaves the
+    compiler a partial |V| x width gradient or an all-gather of every row (Qwen3-4B MeKi on v5e-256:
+    a 2 GiB temporary per layer, docs/compile.md). Outside a mesh, or when the width does not
+    divide, it is ``jnp.take``."""
+    mesh = _ACTIVATION_MESH.get()
+    if mesh is None or mesh.size == 1:
+        return jnp.take(table_VM, ids, axis=0)
+    width = nn.logical_to_mesh_axes((width_axis,), LOGICAL_RULES)[0]
+    if divisible_spec(P(width), table_VM.shape[-1:], mesh)[0] is None:
+        return jnp.take(table_VM, ids, axis=0)
+    width = (width,) if isinstance(width, str) else tuple(width)
+    batch = nn.logical_to_mesh_axes(("batch",), LOGICAL_RULES)[0]
+    outer = tuple(a for a in ((batch,) if isinstance(batch, str) else batch) if a not in width) or None
+    rest = (None,) * (ids.ndim - 1)
+    ids = jax.lax.with_sharding_constraint(ids, NamedSharding(mesh, P(outer, *rest)))
+    rows = jax.lax.with_sharding_constraint(jnp.take(table_VM, ids, axis=0),
+                                            NamedSharding(mesh, P(outer, *rest, width)))
+    return constrain(rows, ("batch",) + rest + (width_axis,))
 
 
 def on_mesh(mesh: Mesh, fn):

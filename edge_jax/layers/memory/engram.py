@@ -51,6 +51,7 @@ from edge_jax.layers.memory.base import MEMORY_KINDS, MemoryKind
 from edge_jax.layers.memory.ngram_hash import engram_table_sizes
 from edge_jax.layers.norms import RMSNorm
 from edge_jax.registry import SECTIONS, Section
+from edge_jax.sharding import take_rows
 
 
 def causal_depthwise_conv(x_BTD, w_KD, dilation: int):
@@ -90,7 +91,7 @@ class Engram(nn.Module):
         table = self.param("table", nn.with_logical_partitioning(nn.initializers.normal(self.init_std),
                                                                  ("ngram", "mem")),
                            (sum(sizes), self.d_head), jnp.dtype(self.param_dtype))
-        e = jnp.take(table, ngram_ids_BTN, axis=0).astype(dt)
+        e = take_rows(table, ngram_ids_BTN).astype(dt)
         e = e.reshape(*e.shape[:-2], n_ids * self.d_head)
         k = dense(D, ("mem", "embed"), "key", *a)(e)
         v = dense(D, ("mem", "embed"), "value", *a)(e)

@@ -36,6 +36,7 @@ from edge_jax.layers.ffn import dense
 from edge_jax.layers.memory.base import MEMORY_KINDS, MemoryKind, Placement
 from edge_jax.layers.norms import RMSNorm
 from edge_jax.registry import SECTIONS, Registry, Section
+from edge_jax.sharding import take_rows
 
 FUSIONS = Registry("MeKi fusion", key="model.meki_fusion")  # fuse(e, gate_logits) -> v (eqs. 4-5)
 PROJECTIONS = Registry("MeKi projection", key="model.meki_projection")  # G(E[x]) inside MeKiExpert
@@ -95,7 +96,7 @@ class MeKiExpert(nn.Module):
             memory = self.param("memory", nn.with_logical_partitioning(nn.initializers.normal(self.init_std),
                                                                        ("vocab", "mem")),
                                 (self.vocab_size, self.d_mem), jnp.dtype(self.param_dtype))
-            m = jnp.take(memory, tokens_BT, axis=0).astype(jnp.dtype(self.dtype))
+            m = take_rows(memory, tokens_BT).astype(jnp.dtype(self.dtype))
         if self.dynamic:
             dyn = PROJECTIONS.get(self.projection)(embedded_BTD.astype(jnp.dtype(self.dtype)), self.d_mem, a)
             m = m + _scalar(self, "beta") * dyn
@@ -141,7 +142,7 @@ class MeKi(nn.Module):
             table = self.param("table", nn.with_logical_partitioning(nn.initializers.normal(self.init_std),
                                                                      ("vocab", "mem")),
                                (self.vocab_size, self.d_mem), jnp.dtype(self.param_dtype))
-            e = jnp.take(table, tokens_BT, axis=0).astype(jnp.dtype(self.dtype))
+            e = take_rows(table, tokens_BT).astype(jnp.dtype(self.dtype))
         return fuse_and_project(e, h_BTD, self.fusion, self.norm_eps, self.init_std, self.dtype,
                                 self.param_dtype)
 

@@ -32,6 +32,7 @@ import jax.numpy as jnp
 from edge_jax.layers.ffn import dense
 from edge_jax.layers.memory.base import MEMORY_KINDS, MemoryKind
 from edge_jax.layers.norms import RMSNorm
+from edge_jax.sharding import take_rows
 
 
 class PLEInputs(nn.Module):
@@ -50,7 +51,7 @@ class PLEInputs(nn.Module):
         table = self.param("table", nn.with_logical_partitioning(nn.initializers.normal(self.init_std),
                                                                  ("vocab", "mem")),
                            (self.vocab_size, L * P), jnp.dtype(self.param_dtype))
-        tok = jnp.take(table, tokens_BT, axis=0).astype(dt) * jnp.asarray(P ** 0.5, dt)
+        tok = take_rows(table, tokens_BT).astype(dt) * jnp.asarray(P ** 0.5, dt)
         x = embedded_BTD.astype(dt)
         ctx = dense(L * P, ("embed", "mem"), "ctx_proj", self.init_std, self.dtype, self.param_dtype)(x)
         ctx = ctx * jnp.asarray(x.shape[-1] ** -0.5, dt)
