@@ -24,6 +24,7 @@ from edge_jax.compile.chips import Target
 from edge_jax.config import ConfigError
 from edge_jax.models import DecoderLM
 from edge_jax.models.count import ROM_AXES, param_sizes
+from edge_jax.models.head import chunked_token_losses
 from edge_jax.sharding import MESH_AXES, batch_sharding, check_divisible, check_model_divisible, on_mesh, replicated
 from edge_jax.train.optim import make_optimizer
 from edge_jax.train.setup import model_config
@@ -47,8 +48,8 @@ class CompileStats:
     alias_bytes: int
     temp_bytes: int
     code_bytes: int
-    flops: float                # compiled FLOPs per device per step (remat recompute included)
-    bytes_accessed: float
+    flops: float                # compiled FLOPs per device per step (remat recompute included; with a
+    bytes_accessed: float       # chunked loss, + the chunks XLA counts once: loss_chunks_uncounted)
     model_flops: float          # 6 N T + attention, all devices together (for MFU)
     tokens: int                 # tokens per step
     compile_s: float
@@ -110,20 +111,48 @@ def model_flops(cfg, tokens: int, seq: int, train: bool = True) -> float:
     return per_token * tokens / (1 if train else 3)
 
 
-def _stats(step, lowered_fn, mesh, config, tokens, seq, batch, state_abs, params_abs, cfg, train=True):
+def _cost(compiled) -> tuple[float, float]:
+    cost = compiled.cost_analysis()
+    cost = cost[0] if isinstance(cost, (list, tuple)) else cost
+    return float(cost.get("flops", 0.0)), float(cost.get("bytes accessed", 0.0))
+
+
+def loss_chunks_uncounted(config, cfg, mesh) -> tuple[float, float]:
+    """FLOPs and bytes per device of the chunks of a chunked loss (``train.loss_chunk``) that XLA's
+    cost analysis leaves out: it counts the loop over chunks once, so one chunk's head, loss and
+    gradient (forward, recompute, backward) are compiled alone here and counted chunks - 1 more
+    times. (0, 0) without a chunked loss."""
+    chunk, seq = int(config.train.loss_chunk), int(config.data.seq_len)
+    if chunk <= 0 or chunk == seq:
+        return 0.0, 0.0
+    micro = int(config.data.batch_size) // int(config.train.grad_accum)
+    dt = jnp.dtype(cfg.dtype)
+    vocab = P(None, "tensor") if cfg.vocab_size % mesh.shape["tensor"] == 0 else P()
+    h = jax.ShapeDtypeStruct((micro, chunk, cfg.d_model), dt, sharding=NamedSharding(mesh, P(("data", "fsdp"))))
+    w = jax.ShapeDtypeStruct((cfg.d_model, cfg.vocab_size), dt, sharding=NamedSharding(mesh, vocab))
+    t = jax.ShapeDtypeStruct((micro, chunk), jnp.int32, sharding=NamedSharding(mesh, P(("data", "fsdp"))))
+
+    def one_chunk(h, w, t):
+        return jax.value_and_grad(lambda h, w: jnp.mean(chunked_token_losses(h, w, t, chunk)), argnums=(0, 1))(h, w)
+
+    flops, nbytes = _cost(on_mesh(mesh, jax.jit(one_chunk).lower)(h, w, t).compile())
+    return flops * (seq // chunk - 1), nbytes * (seq // chunk - 1)
+
+
+def _stats(step, lowered_fn, mesh, config, tokens, seq, batch, state_abs, params_abs, cfg, train=True,
+           uncounted=(0.0, 0.0)):
     start = time.perf_counter()
     compiled = lowered_fn()
     seconds = time.perf_counter() - start
     mem = compiled.memory_analysis()
-    cost = compiled.cost_analysis()
-    cost = cost[0] if isinstance(cost, (list, tuple)) else cost
+    flops, nbytes = _cost(compiled)
     return CompileStats(step=step, mesh=dict(mesh.shape), batch=batch, seq=seq,
                         grad_accum=int(config.train.grad_accum), remat=str(config.model.get("remat", "none")),
                         state_bytes=_per_device_bytes(state_abs), param_bytes=_per_device_bytes(params_abs),
                         argument_bytes=int(mem.argument_size_in_bytes), output_bytes=int(mem.output_size_in_bytes),
                         alias_bytes=int(mem.alias_size_in_bytes), temp_bytes=int(mem.temp_size_in_bytes),
-                        code_bytes=int(mem.generated_code_size_in_bytes), flops=float(cost.get("flops", 0.0)),
-                        bytes_accessed=float(cost.get("bytes accessed", 0.0)),
+                        code_bytes=int(mem.generated_code_size_in_bytes), flops=flops + uncounted[0],
+                        bytes_accessed=nbytes + uncounted[1],
                         model_flops=model_flops(cfg, tokens, seq, train), tokens=tokens, compile_s=seconds)
 
 
@@ -155,7 +184,7 @@ def compile_train(config: ml_collections.ConfigDict, target: Target) -> CompileS
                    in_shardings=(shardings, data if cfg.memory != "engram" else None),
                    out_shardings=(shardings, None))
     return _stats("train", lambda: on_mesh(mesh, step.lower)(state_abs, batch).compile(), mesh, config, b * t, t, b,
-                  state_abs, state_abs.params, cfg)
+                  state_abs, state_abs.params, cfg, uncounted=loss_chunks_uncounted(config, cfg, mesh))
 
 
 def compile_decode(config: ml_collections.ConfigDict, target: Target, batch: int, max_len: int) -> CompileStats:
