@@ -19,16 +19,16 @@ import jax.numpy as jnp
 import numpy as np
 
 from edge_jax.layers.norms import rms_normalize
+from edge_jax.models.head import vocab_logits
 from edge_jax.utils.atomic import save_figure_atomic, write_text_atomic
 from edge_jax.utils.workdirs import workdir_labels
 
 
-def early_exit_logits(cfg, params, h_BTD):
-    """The model's final norm + LM head applied to a hidden state (float32 logits [B, T, V])."""
-    dtype = jnp.dtype(cfg.dtype)
+def early_exit_logits(cfg, params, h_BTD, w_DV):
+    """The model's final norm and LM head ``w_DV`` (as the model hands it out with
+    ``features_only``) applied to a hidden state (float32 logits [B, T, V])."""
     x_BTD = (rms_normalize(h_BTD, cfg.norm_eps) * params["final_norm"]["scale"].astype(jnp.float32)).astype(h_BTD.dtype)
-    w_DV = params["embed"]["embedding"].T if cfg.tie_embeddings else params["lm_head"]["kernel"]
-    return (x_BTD.astype(dtype) @ w_DV.astype(dtype)).astype(jnp.float32)
+    return vocab_logits(x_BTD.astype(w_DV.dtype), w_DV)
 
 
 def make_layer_kl_fn(model):
@@ -36,11 +36,12 @@ def make_layer_kl_fn(model):
 
     def fn(params, tokens_BT, mask_BT, extra):
         params = nn.unbox(params)
-        logits_BTV, hidden = model.apply({"params": params}, tokens_BT, return_hidden=True, **extra)
-        logp_final_BTV = jax.nn.log_softmax(logits_BTV.astype(jnp.float32), axis=-1)
+        (h_final, w_DV), hidden = model.apply({"params": params}, tokens_BT, return_hidden=True,
+                                              features_only=True, **extra)
+        logp_final_BTV = jax.nn.log_softmax(vocab_logits(h_final, w_DV), axis=-1)
         sums = []
         for h_BTD in hidden:
-            logp_BTV = jax.nn.log_softmax(early_exit_logits(model.cfg, params, h_BTD), axis=-1)
+            logp_BTV = jax.nn.log_softmax(early_exit_logits(model.cfg, params, h_BTD, w_DV), axis=-1)
             kl_BT = jnp.sum(jnp.exp(logp_BTV) * (logp_BTV - logp_final_BTV), axis=-1)
             sums.append(jnp.sum(kl_BT * mask_BT))
         return jnp.stack(sums), jnp.sum(mask_BT)
