@@ -42,13 +42,14 @@ def _placeholder(value):
 
 def _row(name: str, config, target, outcome) -> dict:
     from edge_jax.compile.report import duration, estimate, gib, mesh_text
-    stats = outcome.stats or outcome.fix_stats
+    stats = outcome.fix_stats or outcome.stats  # the step as it fits, where a fix was found
     row = {"run": name, "mesh": mesh_text(dict(stats.mesh)) if stats else "", "fix": outcome.fix or ""}
     if outcome.stats is None:
         short = outcome.oom.short_by
         row["fits"] = f"no: {gib(short)} over" if short else "no"
     else:
-        row["fits"] = "yes" if outcome.fits else f"no: {gib(stats.total_bytes - target.chip.hbm_bytes)} over"
+        over = outcome.stats.total_bytes - target.chip.hbm_bytes
+        row["fits"] = "yes" if outcome.fits else f"no: {gib(over)} over"
     if not outcome.fits:
         row["fits"] += f"; fits with {outcome.fix}" if outcome.fix else "; no candidate fix fits"
     if stats is not None:

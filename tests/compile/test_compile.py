@@ -227,6 +227,21 @@ def test_the_fix_search_skips_unbuildable_candidates_and_names_the_combination(t
     assert flag == "--config.model.remat=full --config.train.grad_accum=4" and stats.grad_accum == 4
 
 
+def test_a_row_that_needs_a_fix_shows_the_step_with_the_fix(tiny_config):
+    """The compiler took the step but it overflows the chip: the row says by how much, then gives
+    the memory and estimates of the step with the fix, not of the one that overflows."""
+    from edge_jax.grid.compile_table import _row
+    target = Target("fake", (None,) * 8, CHIPS["v5e"])
+    base = aot.CompileStats("train", {"data": 1, "fsdp": 8, "tensor": 1}, 8, 32, 1, "dots", 0, 0, 0, 0, 0, 0, 0,
+                            1e12, 1e9, 8e12, 256, 1.0)
+    over = dataclasses.replace(base, temp_bytes=int(CHIPS["v5e"].hbm_bytes) + 2 ** 28)
+    fixed = dataclasses.replace(base, remat="full", temp_bytes=2 ** 33, compile_s=2.0)
+    outcome = fit.Outcome(over, None, False, "--config.model.remat=full", fixed)
+    row = _row("cell", _config(tiny_config), target, outcome)
+    assert row["fits"] == "no: 256.0 MiB over; fits with --config.model.remat=full"
+    assert row["HBM / device"] == "8.00 GiB" and row["compile s"] == "2"
+
+
 def test_grid_runs_keep_stages_and_stand_in_for_their_weights():
     from edge_jax.grid.compile_table import runs
     from edge_jax.grid.spec import load_grid
