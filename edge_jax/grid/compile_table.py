@@ -47,9 +47,10 @@ def _row(name: str, config, target, outcome) -> dict:
     if outcome.stats is None:
         short = outcome.oom.short_by
         row["fits"] = f"no: {gib(short)} over" if short else "no"
+    elif outcome.fits:
+        row["fits"] = "yes"
     else:
-        over = outcome.stats.total_bytes - target.chip.hbm_bytes
-        row["fits"] = "yes" if outcome.fits else f"no: {gib(over)} over"
+        row["fits"] = f"no: {gib(outcome.stats.total_bytes - target.chip.hbm_bytes)} over"
     if not outcome.fits:
         row["fits"] += f"; fits with {outcome.fix}" if outcome.fix else "; no candidate fix fits"
     if stats is not None:
