@@ -94,12 +94,17 @@ def check_model_divisible(m, mesh: Mesh) -> None:
         raise ConfigError(f"model.d_model={m.d_model} is not divisible by mesh.fsdp={mesh.shape['fsdp']}")
 
 
+def _names(axes) -> tuple:
+    """One entry of a PartitionSpec (a mesh axis name or a tuple of them) as a tuple of names."""
+    return (axes,) if isinstance(axes, str) else tuple(axes)
+
+
 def divisible_spec(spec: P, shape: tuple, mesh: Mesh) -> P:
     """``spec`` with every dimension that its mesh axes do not divide left unsharded (replicated):
     jit refuses uneven argument shardings, and a rule such as ``mem -> fsdp`` cannot know that
     d_mem 128 does not split 256 ways."""
     def ways(axes):
-        return int(np.prod([mesh.shape[a] for a in ((axes,) if isinstance(axes, str) else axes)]))
+        return int(np.prod([mesh.shape[a] for a in _names(axes)]))
 
     return P(*(None if axes is not None and size % ways(axes) else axes
                for axes, size in zip(tuple(spec) + (None,) * (len(shape) - len(spec)), shape)))
@@ -160,9 +165,9 @@ def take_rows(table_VM, ids, width_axis: str = "mem"):
     width = nn.logical_to_mesh_axes((width_axis,), LOGICAL_RULES)[0]
     if divisible_spec(P(width), table_VM.shape[-1:], mesh)[0] is None:
         return jnp.take(table_VM, ids, axis=0)
-    width = (width,) if isinstance(width, str) else tuple(width)
+    width = _names(width)
     batch = nn.logical_to_mesh_axes(("batch",), LOGICAL_RULES)[0]
-    outer = tuple(a for a in ((batch,) if isinstance(batch, str) else batch) if a not in width) or None
+    outer = tuple(a for a in _names(batch) if a not in width) or None
     rest = (None,) * (ids.ndim - 1)
     ids = jax.lax.with_sharding_constraint(ids, NamedSharding(mesh, P(outer, *rest)))
     rows = jax.lax.with_sharding_constraint(jnp.take(table_VM, ids, axis=0),

@@ -126,11 +126,10 @@ def loss_chunks_uncounted(config, cfg, mesh) -> tuple[float, float]:
     if chunk <= 0 or chunk == seq:
         return 0.0, 0.0
     micro = int(config.data.batch_size) // int(config.train.grad_accum)
-    dt = jnp.dtype(cfg.dtype)
-    vocab = P(None, "tensor") if cfg.vocab_size % mesh.shape["tensor"] == 0 else P()
-    h = jax.ShapeDtypeStruct((micro, chunk, cfg.d_model), dt, sharding=NamedSharding(mesh, P(("data", "fsdp"))))
-    w = jax.ShapeDtypeStruct((cfg.d_model, cfg.vocab_size), dt, sharding=NamedSharding(mesh, vocab))
-    t = jax.ShapeDtypeStruct((micro, chunk), jnp.int32, sharding=NamedSharding(mesh, P(("data", "fsdp"))))
+    dt, rows = jnp.dtype(cfg.dtype), batch_sharding(mesh)  # the vocabulary divides tensor (check_divisible)
+    h = jax.ShapeDtypeStruct((micro, chunk, cfg.d_model), dt, sharding=rows)
+    w = jax.ShapeDtypeStruct((cfg.d_model, cfg.vocab_size), dt, sharding=NamedSharding(mesh, P(None, "tensor")))
+    t = jax.ShapeDtypeStruct((micro, chunk), jnp.int32, sharding=rows)
 
     def one_chunk(h, w, t):
         return jax.value_and_grad(lambda h, w: jnp.mean(chunked_token_losses(h, w, t, chunk)), argnums=(0, 1))(h, w)
