@@ -1,7 +1,10 @@
 """Shared test helpers (importable from any test module: conftest.py puts tests/ on sys.path)."""
+import importlib.util
+
 import flax.linen as nn
 import jax
 import numpy as np
+import pytest
 
 
 def perturbed(params, seed: int, scale: float = 0.3):
@@ -17,3 +20,25 @@ def perturbed(params, seed: int, scale: float = 0.3):
 def rms_ref(x, scale, eps=1e-6):
     """Plain-numpy RMSNorm with a learned scale."""
     return x / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + eps) * scale
+
+
+needs_libtpu = pytest.mark.skipif(importlib.util.find_spec("libtpu") is None,
+                                  reason="libtpu not installed (pip install -e '.[tpu]')")
+
+
+def compile_for_tpu(fn, arg_structs, in_specs, out_specs, topology: str = "v5e:2x2"):
+    """AOT-compile ``fn`` (a Pallas TPU kernel call) for a TPU slice with libtpu, under ``shard_map``
+    over the slice's devices on one mesh axis ``x`` (``in_specs`` / ``out_specs``: PartitionSpecs
+    naming ``x``); ``arg_structs`` are the global ``(shape, dtype)`` of the arguments. Returns the
+    compiled executable (``memory_analysis()``, ``cost_analysis()``); a block shape Mosaic rejects
+    raises here."""
+    from jax.experimental import topologies
+    from jax.sharding import Mesh, NamedSharding
+
+    topo = topologies.get_topology_desc(platform="tpu", topology_name=topology, chip_config_name="default",
+                                        chips_per_host_bounds=(2, 2, 1), num_slices=1)
+    mesh = Mesh(np.asarray(topo.devices), ("x",))
+    mapped = jax.shard_map(fn, mesh=mesh, in_specs=in_specs, out_specs=out_specs, check_vma=False)
+    args = [jax.ShapeDtypeStruct(s, d, sharding=NamedSharding(mesh, spec))
+            for (s, d), spec in zip(arg_structs, in_specs)]
+    return jax.jit(mapped).lower(*args).compile()

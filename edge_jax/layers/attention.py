@@ -45,6 +45,7 @@ class GQAttention(nn.Module):
     dtype: str = "float32"
     param_dtype: str = "float32"
     infini: InfiniSpec | None = None
+    kernels: str = "xla"  # model.kernels (edge_jax.layers.kernels.backend)
 
     @nn.compact
     def __call__(self, x_BTD, positions_BT, context: dict | None = None):

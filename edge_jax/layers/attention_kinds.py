@@ -36,13 +36,13 @@ def infini_spec(cfg) -> InfiniSpec | None:
 @ATTENTION_KINDS.register("gqa")
 def gqa(cfg, **common):
     return GQAttention(cfg.n_heads, cfg.n_kv_heads, cfg.head_dim, cfg.rope_theta, cfg.qk_norm, cfg.norm_eps,
-                       infini=infini_spec(cfg), name="attn", **common)
+                       infini=infini_spec(cfg), kernels=cfg.kernels, name="attn", **common)
 
 
 @ATTENTION_KINDS.register("mla")
 def mla(cfg, **common):
     return MLAttention(cfg.n_heads, cfg.head_dim, cfg.d_rope, cfg.kv_lora_rank, cfg.q_lora_rank, cfg.rope_theta,
-                       cfg.mla_absorb, cfg.norm_eps, name="attn", **common)
+                       cfg.mla_absorb, cfg.norm_eps, kernels=cfg.kernels, name="attn", **common)
 
 
 @dataclasses.dataclass(frozen=True)

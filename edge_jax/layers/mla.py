@@ -100,6 +100,7 @@ class MLAttention(nn.Module):
     init_std: float = 0.02
     dtype: str = "float32"
     param_dtype: str = "float32"
+    kernels: str = "xla"  # model.kernels (edge_jax.layers.kernels.backend)
 
     def _query(self, x_BTD, dense):
         H, K, R = self.n_heads, self.head_dim, self.d_rope

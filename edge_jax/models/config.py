@@ -13,6 +13,7 @@ from edge_jax.errors import ConfigError, unknown
 from edge_jax.layers import attention_kinds
 from edge_jax.layers import ffn as _ffn
 from edge_jax.layers import memory as _memory  # noqa: F401  (registers the memory kinds and their keys)
+from edge_jax.layers.kernels import backend as _kernels  # noqa: F401  (registers model.kernels)
 from edge_jax.layers.moe import layer as _moe  # noqa: F401  (registers the MoE keys)
 from edge_jax.layers.moe.plan import MoEExec
 from edge_jax.models.scan import check_remat, check_scan

@@ -59,7 +59,7 @@ class Block(nn.Module):
         plans = c.moe_exec.plans
         plan = plans[c.moe_layer_ids().index(self.layer)] if plans else None
         return MoE(c.moe_experts, c.moe_top_k, c.moe_d_ff or c.d_ff, c.moe_renormalize, c.moe_aux_weight,
-                   c.moe_exec, plan, name="moe", **common)
+                   c.moe_exec, plan, kernels=c.kernels, name="moe", **common)
 
     @nn.compact
     def __call__(self, h_BTD, positions_BT, ctx):

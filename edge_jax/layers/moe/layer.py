@@ -39,6 +39,7 @@ class MoE(nn.Module):
     init_std: float = 0.02
     dtype: str = "float32"
     param_dtype: str = "float32"
+    kernels: str = "xla"  # model.kernels (edge_jax.layers.kernels.backend)
 
     def _param(self, name, shape, axes):
         init = nn.with_logical_partitioning(nn.initializers.normal(self.init_std), axes)

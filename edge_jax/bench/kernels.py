@@ -1,0 +1,142 @@
+"""``edge-jax bench kernels``: every registered Pallas kernel against its XLA reference, in one run.
+
+A kernel registers ``cases(small: bool) -> list[KernelCase]`` in :data:`KERNEL_CASES` (the papers
+register theirs at their own shapes). For each case the harness jits the kernel and the reference,
+checks the kernel's output against the reference's (relative norm in float32, tolerance by
+dtype), and, where the kernel compiles natively (TPU; see :mod:`edge_jax.layers.kernels.backend`),
+times both interleaved and prints the ratio and the kernel's achieved TFLOP/s and GB/s against the
+device's peak. Where it would run interpreted (CPU) the cases are built ``small`` and only the
+check is printed: an interpreted kernel's time says nothing about the kernel.
+"""
+from __future__ import annotations
+
+import dataclasses
+import statistics
+import time
+from typing import Callable
+
+import jax
+import jax.numpy as jnp
+
+from edge_jax.bench import Benchmark
+from edge_jax.layers.kernels import backend
+from edge_jax.registry import BENCHMARKS, Registry
+from edge_jax.utils.atomic import write_json_atomic
+
+TOL = {"float32": 1e-4, "bfloat16": 3e-2}
+# device_kind -> (peak dense bf16 FLOP/s, memory bytes/s), from the vendors' data sheets (read 2026-11)
+PEAKS = {"NVIDIA H100 80GB HBM3": (989e12, 3.35e12), "NVIDIA H200": (989e12, 4.8e12),
+         "TPU v4": (275e12, 1.2e12), "TPU v5 lite": (197e12, 0.819e12), "TPU v5": (459e12, 2.765e12),
+         "TPU v6 lite": (918e12, 1.64e12)}
+
+
+@dataclasses.dataclass(frozen=True)
+class KernelCase:
+    """One row: ``kernel(*args)`` (the Pallas path, block sizes bound) against ``reference(*args)``
+    (the XLA path); ``flops`` and ``bytes`` are what one call must compute and move at least (for
+    the achieved rates)."""
+    label: str
+    kernel: Callable
+    reference: Callable
+    args: tuple
+    flops: float
+    bytes: float
+    dtype: str = "bfloat16"
+
+
+# kernel name (as in backend.NATIVE) -> cases(small: bool) -> list[KernelCase]
+KERNEL_CASES: Registry[Callable[[bool], list]] = Registry("kernel benchmark")
+
+
+def rel_error(got, want) -> float:
+    """max over the output's leaves of |got - want| / |want| (Frobenius norms, float32)."""
+    errs = [float(jnp.linalg.norm((g.astype(jnp.float32) - w.astype(jnp.float32)).ravel())
+                  / max(float(jnp.linalg.norm(w.astype(jnp.float32).ravel())), 1e-30))
+            for g, w in zip(jax.tree_util.tree_leaves(got), jax.tree_util.tree_leaves(want))]
+    return max(errs)
+
+
+def _times(fn, args, repeats: int) -> list[float]:
+    jax.block_until_ready(fn(*args))
+    out = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        jax.block_until_ready(fn(*args))
+        out.append(time.perf_counter() - t0)
+    return out
+
+
+def measure(case: KernelCase, name: str, repeats: int) -> dict:
+    kernel, reference = jax.jit(case.kernel), jax.jit(case.reference)
+    err = rel_error(kernel(*case.args), reference(*case.args))
+    row = {"kernel": name, "case": case.label, "dtype": case.dtype, "rel_error": err,
+           "tolerance": TOL[case.dtype], "ok": err <= TOL[case.dtype]}
+    if not backend.native(name):
+        return row
+    t_k, t_r = [], []
+    for _ in range(repeats):  # interleaved rounds: both see the same machine state
+        t_k += _times(kernel, case.args, 1)
+        t_r += _times(reference, case.args, 1)
+    mk, mr = statistics.median(t_k), statistics.median(t_r)
+    row.update(kernel_ms=1e3 * mk, kernel_spread_ms=1e3 * (max(t_k) - min(t_k)), xla_ms=1e3 * mr,
+               xla_spread_ms=1e3 * (max(t_r) - min(t_r)), speedup=mr / mk, tflops=case.flops / mk / 1e12,
+               gbps=case.bytes / mk / 1e9)
+    peak = PEAKS.get(jax.devices()[0].device_kind)
+    if peak:
+        row.update(flops_of_peak=case.flops / mk / peak[0], bytes_of_peak=case.bytes / mk / peak[1])
+    return row
+
+
+def format_rows(rows: list[dict]) -> str:
+    device = jax.devices()[0].device_kind
+    timed = any("kernel_ms" in r for r in rows)
+    head = "| kernel | case | dtype | rel. error (tol) |" + (
+        " XLA ms | Pallas ms | XLA/Pallas | TFLOP/s | GB/s | of peak (FLOP/s, B/s) |" if timed else "")
+    lines = [f"Kernels on {device} ({backend.platform()}), jax {jax.__version__}", "", head,
+             "|" + "---|" * (head.count("|") - 1)]
+    for r in rows:
+        cells = [r["kernel"], r["case"], r["dtype"], f"{r['rel_error']:.1e} ({r['tolerance']:.0e})"
+                 + ("" if r["ok"] else " FAIL")]
+        if timed:
+            if "kernel_ms" in r:
+                peak = (f"{100 * r['flops_of_peak']:.0f}%, {100 * r['bytes_of_peak']:.0f}%"
+                        if "flops_of_peak" in r else "unknown device")
+                cells += [f"{r['xla_ms']:.3f} ± {r['xla_spread_ms'] / 2:.3f}",
+                          f"{r['kernel_ms']:.3f} ± {r['kernel_spread_ms'] / 2:.3f}", f"{r['speedup']:.2f}x",
+                          f"{r['tflops']:.1f}", f"{r['gbps']:.0f}", peak]
+            else:
+                cells += ["interpreted: not timed"] + [""] * 5
+        lines.append("| " + " | ".join(cells) + " |")
+    if not timed:
+        lines += ["", f"No kernel compiles natively on {backend.platform()}: the kernels ran in the Pallas "
+                  "interpreter at small shapes, so only their agreement with the XLA reference is shown."]
+    else:
+        lines += ["", "Times: median ± half the spread (max - min) over the rounds, kernel and XLA interleaved."]
+    return "\n".join(lines)
+
+
+def run(args, overrides) -> str:
+    small = not any(backend.native(name) for name in KERNEL_CASES.names())
+    rows = []
+    for name, cases in KERNEL_CASES.items():
+        if args.kernel and name not in args.kernel:
+            continue
+        for case in cases(small or args.small):
+            rows.append(measure(case, name, args.repeats))
+    if args.json:
+        write_json_atomic(args.json, rows)
+    report = format_rows(rows)
+    if not all(r["ok"] for r in rows):
+        report += "\n\nA kernel disagrees with its reference beyond the tolerance (FAIL above)."
+    return report
+
+
+def add_arguments(group) -> None:
+    group.add_argument("--kernel", action="append", default=None,
+                       help="only this kernel (repeatable); default: every registered one")
+    group.add_argument("--small", action="store_true", help="small shapes even where the kernels compile")
+
+
+BENCHMARKS.register("kernels", Benchmark(
+    "each Pallas kernel against its XLA reference at the papers' shapes (on CPU: small, interpreted, "
+    "checked only)", run, add_arguments, defaults={"repeats": 20}))
