@@ -175,6 +175,24 @@ def take_rows(table_VM, ids, width_axis: str = "mem"):
     return constrain(rows, ("batch",) + rest + (width_axis,))
 
 
+def per_shard(fn, in_names: tuple, out_names: tuple):
+    """``fn`` run on each device's shard under ``shard_map`` over the active mesh
+    (:func:`activation_sharding`), for a computation XLA cannot partition (a Pallas call): argument
+    ``i`` split by the logical axes ``in_names[i]``, the result by ``out_names`` (a dimension its mesh
+    axes do not divide stays whole). ``fn`` itself outside a mesh or on a single device."""
+    mesh = _ACTIVATION_MESH.get()
+    if mesh is None or mesh.size == 1:
+        return fn
+
+    def call(*args):
+        spec = lambda names, shape: divisible_spec(nn.logical_to_mesh_axes(names, LOGICAL_RULES), shape, mesh)  # noqa: E731
+        in_specs = tuple(spec(n, a.shape) for n, a in zip(in_names, args))
+        out_spec = spec(out_names, jax.eval_shape(fn, *args).shape)
+        return jax.shard_map(fn, mesh=mesh, in_specs=in_specs, out_specs=out_spec, check_vma=False)(*args)
+
+    return call
+
+
 def on_mesh(mesh: Mesh, fn):
     """``fn`` (a jitted step) called, and so traced, inside :func:`activation_sharding` of ``mesh``."""
     @functools.wraps(fn)

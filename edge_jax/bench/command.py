@@ -11,6 +11,7 @@ import argparse
 
 import edge_jax.bench.kernels  # noqa: F401  (registers kernels: the registered Pallas kernels)
 import edge_jax.bench.train_step  # noqa: F401  (registers train-step, the generic benchmark)
+from edge_jax.layers.kernels.backend import KERNEL_MODES
 from edge_jax.registry import BENCHMARKS
 
 DEFAULTS = {"repeats": 5}  # shared flags given neither on the command line nor by the benchmark
@@ -40,6 +41,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         ("--vocab", "vocabulary size")):
         g.add_argument(flag, type=int, default=None, help=help_)
     g.add_argument("--batch", type=int, default=1, help="sequences decoded together")
+    g.add_argument("--kernels", default="xla", choices=KERNEL_MODES,
+                   help="model.kernels of the benchmarks that build a layer or model: xla, pallas or auto (docs/kernels.md)")
     g.add_argument("--dtype", default="float32", help="compute and parameter dtype (float32, bfloat16, float16)")
     g.add_argument("--experts", type=int, default=16, help="routed experts")
     g.add_argument("--top-k", type=int, default=2, help="experts per token")

@@ -25,7 +25,9 @@ per token instead of GQA's 2 G K (eqs. 6-7). Two ways to attend over it, the sam
 * absorbed (``absorb=True``, :func:`latent_attention`): fold W_UK into the query
   (q~_i = W_UK,i^T q_i^C, a d_c vector) and W_UV into the output, so attention runs in the latent
   space and nothing is decompressed. It is used for one-token decode steps only; prefill blocks and
-  training keep the naive form.
+  training keep the naive form. On a plain cache (slot p holds position p, filled from slot 0) the
+  step reads only the filled slots (:func:`latent_decode`): flash-decoding in XLA
+  (``model.kernels=xla``) or the Pallas kernel ``mla_decode`` (:mod:`edge_jax.layers.kernels.mla_decode`).
 
 :func:`mla_attention_reference` is eq. 16 written out per head and query.
 """
@@ -38,6 +40,8 @@ import numpy as np
 from edge_jax.layers.attention import dense_general
 from edge_jax.layers.cache_attention import cache_votes, join_cache
 from edge_jax.layers.dot_attention import causal_mask, dot_product_attention
+from edge_jax.layers.kernels import backend
+from edge_jax.layers.kernels.mla_decode import mla_decode, mla_decode_xla
 from edge_jax.layers.norms import RMSNorm
 from edge_jax.layers.rope import apply_rope
 
@@ -53,6 +57,18 @@ def latent_attention(q_nope_BTHK, q_rope_BTHR, latent_BSC, k_rope_BSR, w_uk_CHK,
     probs = nn.softmax(scores, axis=-1).astype(latent_BSC.dtype)
     o_lat_BTHC = jnp.einsum("bhts,bsc->bthc", probs, latent_BSC)
     return jnp.einsum("bthc,chk->bthk", o_lat_BTHC, w_uv_CHK)
+
+
+def latent_decode(q_nope_B1HK, q_rope_B1HR, latent_BSC, k_rope_BSR, w_uk_CHK, w_uv_CHK, length_B,
+                  kernels: str = "xla"):
+    """Absorbed attention of one query token per row over the first ``length_B`` slots of a cache
+    (the same numbers as :func:`latent_attention` under that mask, up to rounding), reading only
+    those: ``[B, 1, H, K]``. ``kernels``: ``model.kernels`` (the Pallas kernel or XLA flash-decoding)."""
+    K, R = q_nope_B1HK.shape[-1], q_rope_B1HR.shape[-1]
+    q_lat_BHC = jnp.einsum("bhk,chk->bhc", q_nope_B1HK[:, 0], w_uk_CHK)
+    decode = mla_decode if backend.use_pallas(kernels, "mla_decode") else mla_decode_xla
+    o_lat_BHC = decode(q_lat_BHC, q_rope_B1HR[:, 0], latent_BSC, k_rope_BSR, length_B, scale=float(1 / np.sqrt(K + R)))
+    return jnp.einsum("bhc,chk->bhk", o_lat_BHC, w_uv_CHK)[:, None]
 
 
 def expanded_attention(q_nope_BTHK, q_rope_BTHR, latent_BSC, k_rope_BSR, w_uk_CHK, w_uv_CHK, mask_BTS,
@@ -148,7 +164,10 @@ class MLAttention(nn.Module):
         window = int(ctx.get("votes", 0))
         # Absorbed only for one-token decode steps: with many queries (prefill) decompressing once is
         # cheaper than attending in d_c per query-key pair (H (2 d_c + R) vs H (2 K + R) multiply-adds).
-        if self.absorb and T == 1 and not window:
+        if self.absorb and T == 1 and not window and "pos" not in ctx:
+            # plain cache: slots 0 .. position are the filled ones (join_cache's mask), read only those
+            o_BTHK = latent_decode(*args[:-1], positions_BT[:, 0] + 1, self.kernels)
+        elif self.absorb and T == 1 and not window:
             o_BTHK = latent_attention(*args)
         elif window:
             o_BTHK, probs = expanded_attention(*args, return_probs=True)

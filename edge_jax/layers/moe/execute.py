@@ -6,7 +6,8 @@ weights ``w_NK``, and the stacked SwiGLU expert weights ``experts = (gate_EDF, u
 - :func:`dropless`: every expert on every token, combined by the sparse router weights (exact).
 - :func:`ragged`: the token copies sorted by expert and run with ``jax.lax.ragged_dot`` (exact).
 - :func:`capacity_moe`: NPUMoE §4.1-4.3 under a :class:`~edge_jax.layers.moe.plan.LayerPlan`: each static
-  group of same-capacity experts is one dense call on a zero-padded ``[G, C, d]`` buffer, tokens
+  group of same-capacity experts is one dense call on a zero-padded ``[G, C, d]`` buffer (the
+  ``expert_ffn`` Pallas kernel under ``model.kernels``, :mod:`edge_jax.layers.kernels.expert_ffn`), tokens
   beyond an expert's capacity are dropped lowest-score first (``score``: the saliency, or minus the
   position), valid rows are scattered back weighted by the router; fallback experts take the exact
   ragged path.
@@ -24,14 +25,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from edge_jax.layers.kernels.expert_ffn import grouped_swiglu, swiglu
 from edge_jax.layers.moe.plan import LayerPlan
 from edge_jax.layers.moe.strategies import DROP_POLICIES, MOE_STRATEGIES, Strategy
-
-
-def swiglu(x_GCD, gate_GDF, up_GDF, down_GFD):
-    """``G`` experts at once, each on its own ``[C, d]`` slice."""
-    h_GCF = jax.nn.silu(jnp.einsum("gcd,gdf->gcf", x_GCD, gate_GDF)) * jnp.einsum("gcd,gdf->gcf", x_GCD, up_GDF)
-    return jnp.einsum("gcf,gfd->gcd", h_GCF, down_GFD)
 
 
 def flat_copies(ids_NK, w_NK):
@@ -84,6 +80,12 @@ def pack(ids_NK, score_N, valid_N, plan: LayerPlan):
     return slot_A, kept_A, static_A
 
 
+def kept_counts(ids_NK, kept_A, n_experts: int):
+    """``[E]`` int32: the kept copies of each expert, i.e. its valid buffer rows (``min(routed, capacity)``)."""
+    e_A, _, _ = flat_copies(ids_NK, ids_NK)
+    return jnp.zeros(n_experts, jnp.int32).at[e_A].add(kept_A.astype(jnp.int32))
+
+
 def group_buffers(x_ND, ids_NK, slot_A, plan: LayerPlan) -> list:
     """The zero-padded ``[G, C, d]`` input of each static group: the kept copies at their slots."""
     _, t_A, _ = flat_copies(ids_NK, ids_NK)
@@ -105,15 +107,20 @@ def scatter_rows(x_ND, ys_GCD, slot_A, kept_A, w_NK):
     return jnp.zeros_like(x_ND).at[t_A].add(y_RD[slot_A] * jnp.where(kept_A, w_A, 0)[:, None].astype(x_ND.dtype))
 
 
-def capacity_moe(x_ND, ids_NK, w_NK, score_N, valid_N, experts, plan: LayerPlan, fallback: bool = True):
+def capacity_moe(x_ND, ids_NK, w_NK, score_N, valid_N, experts, plan: LayerPlan, fallback: bool = True,
+                 kernels: str = "xla"):
     """``(y_ND, stats)``; stats count token copies: ``routed`` (valid), ``kept`` and ``dropped`` on the
     static path, ``fallback`` rows, and the static buffer's ``padded`` rows. ``fallback=False`` leaves
     the fallback experts' (exact, chunk-independent) share out of ``y_ND`` for the caller to add, e.g.
-    once for all chunks (``ragged_dot`` does not batch under ``vmap``)."""
+    once for all chunks (``ragged_dot`` does not batch under ``vmap``). ``kernels``: ``model.kernels``
+    for the static groups (:func:`~edge_jax.layers.kernels.expert_ffn.grouped_swiglu`)."""
     gate, up, down = experts
     slot_A, kept_A, static_A = pack(ids_NK, score_N, valid_N, plan)
-    ys = [swiglu(x_GCD, gate[np.asarray(g)], up[np.asarray(g)], down[np.asarray(g)])
-          for g, x_GCD in zip(plan.groups, group_buffers(x_ND, ids_NK, slot_A, plan))]
+    count_E = kept_counts(ids_NK, kept_A, plan.n_experts)
+    ys = []
+    for g, x_GCD in zip(plan.groups, group_buffers(x_ND, ids_NK, slot_A, plan)):
+        idx = np.asarray(g)
+        ys.append(grouped_swiglu(x_GCD, gate[idx], up[idx], down[idx], count_E[idx], kernels))
     y_ND = scatter_rows(x_ND, ys, slot_A, kept_A, w_NK)
     if plan.fallback and fallback:
         y_ND = y_ND + ragged(x_ND, ids_NK, w_NK * valid_N[:, None], experts, plan.fallback)

@@ -5,7 +5,8 @@ The router's softmax probabilities ``p`` pick the top-k experts; their combine w
 itself or, with ``renormalize``, ``p / sum(top-k p)``. Execution follows
 :class:`~edge_jax.layers.moe.plan.MoEExec` (:mod:`edge_jax.layers.moe.execute`): the capacity-bound strategies
 split the ``B*T`` tokens into prefill chunks of ``execution.chunk`` tokens that each get the plan's
-capacities (the last chunk is padded with invalid tokens).
+capacities (the last chunk is padded with invalid tokens); ``kernels`` (``model.kernels``) picks how
+the static groups run: XLA or the ``expert_ffn`` Pallas kernel (:mod:`edge_jax.layers.kernels.expert_ffn`).
 
 Sown per call: ``intermediates/routing`` = {``ids`` top-k experts [B,T,K], ``probs`` their router
 probabilities, ``weights`` the combine weights, ``saliency`` [B,T], ``x`` the layer input [B,T,D]} for
@@ -82,7 +83,8 @@ class MoE(nn.Module):
             raise ValueError(f"the capacity plan has {self.plan.n_experts} experts but the layer has "
                              f"{self.n_experts}; recalibrate with edge-jax moe calibrate")
         chunks = execute.chunked(x_ND, ids_NK, w_NK, sal_N, self.execution.chunk, self.execution.drop)
-        y_CnD, stats = jax.vmap(lambda *a: execute.capacity_moe(*a, experts, self.plan, fallback=False))(*chunks)
+        y_CnD, stats = jax.vmap(lambda *a: execute.capacity_moe(*a, experts, self.plan, fallback=False,
+                                                                kernels=self.kernels))(*chunks)
         self.sow("intermediates", "moe_stats", {k: jnp.sum(v) for k, v in stats.items()})
         y_ND = y_CnD.reshape(-1, x_ND.shape[-1])[:x_ND.shape[0]]
         if self.plan.fallback:

@@ -7,8 +7,9 @@ a chunk the same way, each step a separate jitted call made from Python:
 
 1. ``pack``: :func:`~edge_jax.layers.moe.execute.pack` (slots of the token copies, lowest-score overflow
    dropped) and the gather of token rows into each group's zero-padded ``[G, C, d]`` buffer;
-2. one call per static group: :func:`~edge_jax.layers.moe.execute.swiglu` on that group's buffer with its
-   resident weights (pre-sliced and stacked per group at construction);
+2. one call per static group: :func:`~edge_jax.layers.kernels.expert_ffn.grouped_swiglu` on that group's
+   buffer and its experts' valid-row counts, with its resident weights (pre-sliced and stacked per group
+   at construction): XLA's SwiGLU, or the ``expert_ffn`` Pallas kernel under ``kernels`` (``model.kernels``);
 3. one call for the fallback (cold) experts: :func:`~edge_jax.layers.moe.execute.host_experts` on the host
    CPU, each expert on exactly its tokens (the paper's CPU fallback; with an accelerator the inputs
    come to the host and the result goes back);
@@ -20,19 +21,25 @@ So ``plan.calls`` expert calls per chunk are real dispatches (:attr:`LayerRuntim
 """
 from __future__ import annotations
 
+import functools
+
 import jax
 import numpy as np
 
+from edge_jax.layers.kernels.expert_ffn import grouped_swiglu
 from edge_jax.layers.moe import execute
 from edge_jax.layers.moe.plan import LayerPlan
 from edge_jax.utils.timing import time_interleaved
 
 
 def _pack_fn(plan: LayerPlan):
-    """Jitted ``(x_ND, ids_NK, score_N, valid_N) -> (buffers [G, C, d] per group, slot_A, kept_A)``."""
+    """Jitted ``(x_ND, ids_NK, score_N, valid_N) -> (buffers [G, C, d] per group, valid rows [G] per
+    group, slot_A, kept_A)``."""
     def pack(x_ND, ids_NK, score_N, valid_N):
         slot_A, kept_A, _ = execute.pack(ids_NK, score_N, valid_N, plan)
-        return tuple(execute.group_buffers(x_ND, ids_NK, slot_A, plan)), slot_A, kept_A
+        count_E = execute.kept_counts(ids_NK, kept_A, plan.n_experts)
+        counts = tuple(count_E[np.asarray(g)] for g in plan.groups)
+        return tuple(execute.group_buffers(x_ND, ids_NK, slot_A, plan)), counts, slot_A, kept_A
     return jax.jit(pack)
 
 
@@ -46,10 +53,11 @@ def _scatter(x_ND, ys_GCD, slot_A, kept_A, w_NK, fallback_ND):
 class LayerRuntime:
     """One MoE layer under a static :class:`LayerPlan`, run as separately dispatched static graphs.
 
-    ``experts = (gate_EDF, up_EDF, down_EFD)``; the fallback experts' weights stay on the host.
+    ``experts = (gate_EDF, up_EDF, down_EFD)``; the fallback experts' weights stay on the host;
+    ``kernels``: ``model.kernels`` for the static groups.
     """
 
-    def __init__(self, plan: LayerPlan, experts):
+    def __init__(self, plan: LayerPlan, experts, kernels: str = "xla"):
         gate, up, down = experts
         if gate.shape[0] != plan.n_experts:
             raise ValueError(f"plan has {plan.n_experts} experts, the weights {gate.shape[0]}")
@@ -57,19 +65,20 @@ class LayerRuntime:
         self.expert_calls = plan.calls
         self.dispatched = 0
         self._pack = _pack_fn(plan)
-        self._groups = []  # (jitted swiglu, resident (gate_GDF, up_GDF, down_GFD)) per static group
+        self._groups = []  # (jitted expert call, resident (gate_GDF, up_GDF, down_GFD)) per static group
         for group in plan.groups:
             idx = np.asarray(group)
-            self._groups.append((jax.jit(execute.swiglu), tuple(jax.device_put(w[idx]) for w in experts)))
+            call = jax.jit(functools.partial(grouped_swiglu, mode=kernels))
+            self._groups.append((call, tuple(jax.device_put(w[idx]) for w in experts)))
         self._host = tuple(np.asarray(w) for w in experts) if plan.fallback else None
 
     def __call__(self, x_ND, ids_NK, w_NK, score_N, valid_N):
         """``y_ND`` for one chunk: pack, one call per group, the fallback call, scatter."""
         calls = 0
-        bufs, slot_A, kept_A = self._pack(x_ND, ids_NK, score_N, valid_N)
+        bufs, counts, slot_A, kept_A = self._pack(x_ND, ids_NK, score_N, valid_N)
         ys = []
-        for (swiglu, weights), x_GCD in zip(self._groups, bufs):
-            ys.append(swiglu(x_GCD, *weights))
+        for (expert_call, weights), x_GCD, count_G in zip(self._groups, bufs, counts):
+            ys.append(expert_call(x_GCD, *weights, count_G))
             calls += 1
         fallback_ND = None
         if self.plan.fallback:

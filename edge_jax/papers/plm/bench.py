@@ -15,15 +15,23 @@ Default shape: PLM-1.8B's attention (d_model 2048, 16 heads x (128 + 64 rope), d
 layers, d_ff 2048 and vocabulary 4096. Parameters are random (normal, std 0.02; norm scales 1).
 
 The caches are not prefilled: their arrays are filled with random normal values and their first
-``context`` slots marked filled. A decode step's cost does not depend on the cached values (every step
-attends over the whole buffer under a mask, the same arithmetic for any values), so this times the
-same work as after an 8K-token prefill without paying for it. Each round continues the previous one
-(no copies): the cache has ``context + steps x (repeats + 1)`` slots, so every step attends over
-that many slots, a few more than the nominal context.
+``context`` slots marked filled. A decode step's cost does not depend on the cached values (the same
+arithmetic for any values), so this times the same work as after an 8K-token prefill without paying
+for it. Each round continues the previous one (no copies): the cache has ``context + steps x
+(repeats + 1)`` slots, a few more than the nominal context. The naive and MHA steps attend over every
+slot under a mask; the absorbed step reads only the filled ones (flash-decoding,
+:mod:`edge_jax.layers.kernels.mla_decode`; ``--kernels pallas``: the Pallas kernel).
+
+The ``mla_decode`` rows of ``edge-jax bench kernels`` (:func:`kernel_cases`) time that kernel alone
+against the XLA flash-decoding at PLM-1.8B's attention: 16 heads, d_c 512, d_rope 64 (the scale
+1/sqrt(128 + 64)), batch 1, bfloat16, 2K, 8K and 32K filled slots of a 32K-slot cache. ``flops``:
+2 H L (2 d_c + d_rope) for L filled slots (scores against latent and RoPE key, then the weighted sum
+of latents); ``bytes``: the filled latent and RoPE-key slots read once.
 """
 from __future__ import annotations
 
 import dataclasses
+import functools
 
 import flax.linen as nn
 import jax
@@ -31,8 +39,10 @@ import jax.numpy as jnp
 import numpy as np
 
 from edge_jax.bench import Benchmark
+from edge_jax.bench.kernels import KERNEL_CASES, KernelCase
 from edge_jax.config import ConfigError
 from edge_jax.infer.decode import decode_tokens, init_cache
+from edge_jax.layers.kernels.mla_decode import mla_decode, mla_decode_xla
 from edge_jax.papers.plm.kv_cache import cache_bytes, gqa_twin
 from edge_jax.registry import BENCHMARKS
 from edge_jax.utils.timing import time_interleaved
@@ -71,7 +81,8 @@ def bench_configs(args):
     if min(contexts) <= 0 or steps <= 0 or args.batch <= 0 or args.repeats <= 0:
         raise ConfigError("--contexts, --decode-steps, --batch and --repeats must be positive")
     mla = ModelConfig(**shape, n_kv_heads=shape["n_heads"], attention="mla", ffn="relu2", qk_norm=False,
-                      rope_theta=10_000.0, dtype=args.dtype, param_dtype=args.dtype)
+                      rope_theta=10_000.0, dtype=args.dtype, param_dtype=args.dtype,
+                      kernels=getattr(args, "kernels", "xla"))
     gqa = dataclasses.replace(gqa_twin(mla), n_kv_heads=kv_heads)
     return mla, gqa, contexts, steps
 
@@ -148,7 +159,7 @@ def format_report(mla, gqa, r: dict, steps: int, repeats: int, batch: int) -> st
              f"({mla.head_dim} + {mla.d_rope} rope), d_c {mla.kv_lora_rank}, d_ff {mla.d_ff} relu2, vocab "
              f"{mla.vocab_size}, {mla.dtype}; {twin} twin: {gqa.n_kv_heads} KV heads x {gqa.head_dim}; batch "
              f"{batch}; {dev.platform} ({dev.device_kind}); {steps} decode steps per round, median of {repeats} "
-             "interleaved rounds",
+             f"interleaved rounds; model.kernels {mla.kernels}",
              "  caches filled with random values up to the context (not prefilled: a step's cost does not depend "
              "on the cached values)",
              f"  cache per token per layer: MLA {mla_el} values (d_c {mla.kv_lora_rank} + d_rope {mla.d_rope}) vs "
@@ -165,7 +176,7 @@ def format_report(mla, gqa, r: dict, steps: int, repeats: int, batch: int) -> st
     at = "8K" if last == 8192 else f"{last} (largest context given; the goal is stated at 8K)"
     lines.append(f"  absorbed >= {GOAL}x naive at {at}: {'met' if ratio >= GOAL else 'NOT met'} ({ratio:.2f}x)")
     lines.append(f"  ms/step at {last}: " + ", ".join(f"{n} {r[last]['ms_per_step'][n]:.2f}" for n in VARIANTS)
-                 + f"; every step attends over the cache's {r[last]['slots']} slots")
+                 + f"; naive and {twin} attend over all {r[last]['slots']} cache slots, absorbed over the filled ones")
     return "\n".join(lines)
 
 
@@ -175,6 +186,41 @@ def run(args, overrides) -> str:
     mla, gqa, contexts, steps = bench_configs(args)
     r = measure(mla, gqa, contexts, steps, args.repeats, args.batch)
     return format_report(mla, gqa, r, steps, args.repeats, args.batch)
+
+
+# --- `edge-jax bench kernels`: the mla_decode kernel alone (module docstring)
+
+KERNEL_CONTEXTS, KERNEL_SLOTS = (2048, 8192, 32768), 32768
+
+
+def kernel_case(label: str, lengths, slots: int, heads: int, head_dim: int, d_rope: int, kv_lora_rank: int,
+                dtype: str, seed: int = 0, **blocks) -> KernelCase:
+    """Random normal queries and cache (``slots`` per row), ``lengths`` filled slots per row."""
+    dt = jnp.dtype(dtype)
+    B = len(lengths)
+    ks = jax.random.split(jax.random.key(seed), 4)
+    shapes = [(B, heads, kv_lora_rank), (B, heads, d_rope), (B, slots, kv_lora_rank), (B, slots, d_rope)]
+    args = tuple(jax.random.normal(k, s, jnp.float32).astype(dt) for k, s in zip(ks, shapes))
+    scale = float(1 / np.sqrt(head_dim + d_rope))
+    filled = float(sum(lengths))
+    return KernelCase(label, functools.partial(mla_decode, scale=scale, **blocks),
+                      functools.partial(mla_decode_xla, scale=scale),
+                      args + (jnp.asarray(lengths, jnp.int32),),
+                      flops=2 * heads * filled * (2 * kv_lora_rank + d_rope),
+                      bytes=filled * (kv_lora_rank + d_rope) * dt.itemsize, dtype=dtype)
+
+
+def kernel_cases(small: bool) -> list[KernelCase]:
+    if small:  # the CPU interpreter: 4 heads, d_c 128, two rows of different lengths, 16 grid steps
+        return [kernel_case(f"H 4, d_c 128, d_rope 16, lengths (96, 41) of 128 slots, {dtype}", (96, 41), 128, 4, 32,
+                            16, 128, dtype, block_s=32, splits=2) for dtype in ("float32", "bfloat16")]
+    from edge_jax.models.presets import MODEL_SIZES
+    a = MODEL_SIZES["plm_1p8b"]
+    return [kernel_case(f"PLM-1.8B MLA, {ctx} of {KERNEL_SLOTS} slots, batch 1", (ctx,), KERNEL_SLOTS, a["n_heads"],
+                        a["head_dim"], a["d_rope"], a["kv_lora_rank"], "bfloat16") for ctx in KERNEL_CONTEXTS]
+
+
+KERNEL_CASES.register("mla_decode", kernel_cases)
 
 
 # --- `edge-jax bench mla-decode` (edge_jax.bench.command is the harness)
