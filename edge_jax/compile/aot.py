@@ -10,6 +10,7 @@ memory (``memory_analysis``) and work (``cost_analysis``), per device.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import time
 
 import jax
@@ -22,6 +23,7 @@ from jax.sharding import PartitionSpec as P
 
 from edge_jax.compile.chips import Target
 from edge_jax.config import ConfigError
+from edge_jax.layers.kernels import backend
 from edge_jax.models import DecoderLM
 from edge_jax.models.count import ROM_AXES, param_sizes
 from edge_jax.models.head import chunked_token_losses
@@ -155,6 +157,17 @@ def _stats(step, lowered_fn, mesh, config, tokens, seq, batch, state_abs, params
                         model_flops=model_flops(cfg, tokens, seq, train), tokens=tokens, compile_s=seconds)
 
 
+def for_target(target: Target, lower):
+    """``lower`` run with the kernels (``model.kernels``) chosen for the target's platform: a TPU
+    slice gets the Mosaic kernels though this process runs on the CPU backend."""
+    @functools.wraps(lower)
+    def call(*args, **kwargs):
+        with backend.targeting("tpu" if target.chip is not None else None):
+            return lower(*args, **kwargs)
+
+    return call
+
+
 def check_vocab(config) -> None:
     if not config.model.vocab_size:
         raise ConfigError("model.vocab_size is 0 (taken from the tokenizer at train time); compiling needs it "
@@ -182,7 +195,7 @@ def compile_train(config: ml_collections.ConfigDict, target: Target) -> CompileS
     step = jax.jit(make_train_step(config.train.grad_accum, schedule, config.train.loss_chunk), donate_argnums=0,
                    in_shardings=(shardings, data if cfg.memory != "engram" else None),
                    out_shardings=(shardings, None))
-    return _stats("train", lambda: on_mesh(mesh, step.lower)(state_abs, batch).compile(), mesh, config, b * t, t, b,
+    return _stats("train", lambda: on_mesh(mesh, for_target(target, step.lower))(state_abs, batch).compile(), mesh, config, b * t, t, b,
                   state_abs, state_abs.params, cfg, uncounted=loss_chunks_uncounted(config, cfg, mesh))
 
 
@@ -208,6 +221,6 @@ def compile_decode(config: ml_collections.ConfigDict, target: Target, batch: int
 
     cache = jax.tree_util.tree_map(place, cache_shapes)
     token = jax.ShapeDtypeStruct((batch, 1), jnp.int32, sharding=batch_sharding(mesh) if rows else replicated(mesh))
-    lowered = on_mesh(mesh, forward_chunk.lower)
+    lowered = on_mesh(mesh, for_target(target, forward_chunk.lower))
     return _stats("decode", lambda: lowered(model, params, cache, token, {}).compile(), mesh, config,
                   batch, max_len, batch, params, params, cfg, train=False)

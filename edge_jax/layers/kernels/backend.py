@@ -19,6 +19,8 @@ adds and measures Mosaic GPU variants (docs/kernels.md).
 """
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import dataclasses
 import functools
 import logging
@@ -36,9 +38,24 @@ NATIVE = {"tpu": frozenset({"expert_ffn", "mla_decode", "segment_attention", "fl
 log = logging.getLogger(__name__)
 
 
+_TARGET: contextvars.ContextVar = contextvars.ContextVar("edge_jax_kernel_target", default=None)
+
+
+@contextlib.contextmanager
+def targeting(name: str | None):
+    """While a step is traced inside this block, the kernels are chosen for platform ``name``
+    (``tpu`` when ``edge-jax compile`` lowers for a TPU slice from a CPU process); None: no change."""
+    token = _TARGET.set(name)
+    try:
+        yield
+    finally:
+        _TARGET.reset(token)
+
+
 def platform() -> str:
-    """``cpu``, ``gpu`` or ``tpu``: the default backend's platform."""
-    return jax.default_backend()
+    """``cpu``, ``gpu`` or ``tpu``: the platform the traced step is for (:func:`targeting`), by
+    default the default backend's."""
+    return _TARGET.get() or jax.default_backend()
 
 
 def native(kernel: str) -> bool:

@@ -119,10 +119,11 @@ def dispatch_overhead_us(calls: int = 300) -> float:
 
 
 def measure(d: int, d_ff: int, n_experts: int, top_k: int, chunk: int, chunks: int, zipf: float, group: int,
-            repeats: int, seed: int = 0) -> dict:
+            repeats: int, seed: int = 0, kernels: str = "xla") -> dict:
+    """``kernels``: ``model.kernels`` of the runtime's static groups (the ``expert_ffn`` kernel or XLA)."""
     experts, timed, load_E = synthetic_layer(d, d_ff, n_experts, top_k, chunk, chunks, zipf, seed)
     plans = variant_plans(load_E, chunk, top_k, group)
-    runtimes = {name: LayerRuntime(plan, experts) for name, plan in plans.items()}
+    runtimes = {name: LayerRuntime(plan, experts, kernels) for name, plan in plans.items()}
     reference = jax.jit(execute.capacity_moe, static_argnums=6)
     rows = {}
     for name, rt in runtimes.items():
@@ -159,7 +160,7 @@ def format_report(shape: dict, r: dict, repeats: int) -> str:
     s = shape
     lines = [f"moe benchmark (NPUMoE Fig. 17 / Table 5): d_model {s['d']}, d_ff {s['d_ff']}, {s['experts']} experts "
              f"top-{s['top_k']}, chunk {s['chunk']} x {s['chunks']} timed chunks, zipf {s['zipf']}, group "
-             f"{s['group']}; {dev.platform} ({dev.device_kind}); {repeats} rounds, median",
+             f"{s['group']}; {dev.platform} ({dev.device_kind}); model.kernels {s['kernels']}; {repeats} rounds, median",
              f"  calibration: {CALIBRATION_CHUNKS} separate chunks, imbalance I = {r['imbalance']:.2f}, base capacity "
              f"{r['base_capacity']}, busiest I*base = {r['busiest_capacity']}; cold experts on the host CPU",
              f"  {'variant':<16} {'plan':<42} {'ms/token':>9} {'calls/chunk':>11} {'padding':>8} {'drop':>7} "
@@ -195,7 +196,7 @@ def run(args, overrides) -> str:
         raise ConfigError("--config.* overrides do not apply to moe; use its flags (--d-model, --experts, ...)")
     shape = dict(d=args.d_model or DEFAULTS["d_model"], d_ff=args.d_ff or DEFAULTS["d_ff"], experts=args.experts,
                  top_k=args.top_k, chunk=args.chunk or DEFAULTS["chunk"], chunks=args.chunks, zipf=args.zipf,
-                 group=args.group)
+                 group=args.group, kernels=args.kernels)
     if min(shape["d"], shape["d_ff"], shape["chunk"], shape["chunks"], shape["group"], args.repeats) <= 0:
         raise ConfigError("--d-model, --d-ff, --chunk, --chunks, --group and --repeats must be positive")
     if not 1 <= shape["top_k"] <= shape["experts"]:
@@ -203,7 +204,7 @@ def run(args, overrides) -> str:
     if shape["zipf"] < 0:
         raise ConfigError(f"--zipf {shape['zipf']} must be >= 0")
     r = measure(shape["d"], shape["d_ff"], shape["experts"], shape["top_k"], shape["chunk"], shape["chunks"],
-                shape["zipf"], shape["group"], args.repeats)
+                shape["zipf"], shape["group"], args.repeats, kernels=shape["kernels"])
     report = format_report(shape, r, args.repeats)
     if args.json:
         write_json_atomic(args.json, {"shape": shape, "repeats": args.repeats,
