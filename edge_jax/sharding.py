@@ -178,17 +178,28 @@ def take_rows(table_VM, ids, width_axis: str = "mem"):
 def per_shard(fn, in_names: tuple, out_names: tuple):
     """``fn`` run on each device's shard under ``shard_map`` over the active mesh
     (:func:`activation_sharding`), for a computation XLA cannot partition (a Pallas call): argument
-    ``i`` split by the logical axes ``in_names[i]``, the result by ``out_names`` (a dimension its mesh
-    axes do not divide stays whole). ``fn`` itself outside a mesh or on a single device."""
+    ``i`` split by the logical axes ``in_names[i]``, the result by ``out_names`` (a tuple of them for
+    a tuple of results; a logical axis whose
+    mesh axes do not divide some array's dimension stays whole everywhere). ``fn`` itself outside a
+    mesh or on a single device."""
     mesh = _ACTIVATION_MESH.get()
     if mesh is None or mesh.size == 1:
         return fn
 
     def call(*args):
-        spec = lambda names, shape: divisible_spec(nn.logical_to_mesh_axes(names, LOGICAL_RULES), shape, mesh)  # noqa: E731
-        in_specs = tuple(spec(n, a.shape) for n, a in zip(in_names, args))
-        out_spec = spec(out_names, jax.eval_shape(fn, *args).shape)
-        return jax.shard_map(fn, mesh=mesh, in_specs=in_specs, out_specs=out_spec, check_vma=False)(*args)
+        out = jax.eval_shape(fn, *args)
+        several = isinstance(out, tuple)
+        shapes = [a.shape for a in args] + [o.shape for o in (out if several else (out,))]
+        names = list(in_names) + list(out_names if several else (out_names,))
+        # a logical axis that some array's dimension cannot split stays whole in every array, so the
+        # shards still line up (e.g. rows of one array that index rows of another)
+        whole = {n for ns, shape in zip(names, shapes) for n, size in zip(ns, shape)
+                 if n is not None and divisible_spec(nn.logical_to_mesh_axes((n,), LOGICAL_RULES), (size,), mesh)[0]
+                 is None}
+        specs = [nn.logical_to_mesh_axes(tuple(None if n in whole else n for n in ns), LOGICAL_RULES) for ns in names]
+        n_in = len(args)
+        out_specs = tuple(specs[n_in:]) if several else specs[n_in]
+        return jax.shard_map(fn, mesh=mesh, in_specs=tuple(specs[:n_in]), out_specs=out_specs, check_vma=False)(*args)
 
     return call
 

@@ -49,7 +49,7 @@ def compiler(target, decode: bool = False) -> Callable:
 def report(config, target, decode: bool = False, fix: bool = True) -> tuple[str, bool]:
     """``(printed table, fits)`` for one config on one target."""
     from edge_jax.compile.fit import compile_with_fix
-    from edge_jax.compile.report import NOTE, describe, fix_row, oom_rows, table
+    from edge_jax.compile.report import KERNELS_NOTE, NOTE, describe, fix_row, oom_rows, table
     out = compile_with_fix(config, target, compiler(target, decode), fix)
     if out.stats is None:
         rows = oom_rows(out.oom, target)
@@ -60,7 +60,9 @@ def report(config, target, decode: bool = False, fix: bool = True) -> tuple[str,
         if out.fix_stats is not None:  # the step as it fits
             rows += [(f"with the fix: {k}", v) for k, v in describe(out.fix_stats, target, float(
                 config.train.steps) * out.fix_stats.tokens)[1:]]
-    return table(rows) + ("\n" + NOTE if target.chip else ""), out.fits
+    note = ("\n" + NOTE if target.chip else "") + ("\n" + KERNELS_NOTE if target.chip and config.model.kernels != "xla"
+                                                 else "")
+    return table(rows) + note, out.fits
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:

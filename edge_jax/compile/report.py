@@ -115,5 +115,7 @@ def table(rows: list[tuple[str, str]]) -> str:
     return "\n".join(f"{k:<{width}}  {v}" for k, v in rows)
 
 
+KERNELS_NOTE = ("model.kernels is not xla: the compiler's cost analysis does not see inside Pallas (Mosaic) calls, "
+                "so FLOPs, bytes and the estimates leave them out; memory figures are whole.")
 NOTE = ("Estimates are a roofline (compiled FLOPs / peak bf16 FLOP/s vs compiled HBM bytes / HBM bandwidth, "
         "the larger), without collectives or overlap: real steps are slower.")

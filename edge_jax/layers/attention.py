@@ -15,6 +15,8 @@ from edge_jax.layers.cache_attention import context_attention
 from edge_jax.layers.dot_attention import causal_mask, dot_product_attention
 from edge_jax.layers.infini import MemoryGate, segment_layout
 from edge_jax.layers.infini_attention import InfiniSpec, segmented_attention
+from edge_jax.layers.kernels import backend
+from edge_jax.layers.kernels.flash import causal_attention
 from edge_jax.layers.norms import RMSNorm
 from edge_jax.layers.rope import apply_rope
 
@@ -33,7 +35,8 @@ class GQAttention(nn.Module):
     the plain path below unchanged, so they give the base model's outputs bit for bit. ``context``
     runs the layer against its explicit cache and memory
     (:func:`edge_jax.layers.cache_attention.context_attention`); what the cache needs is sown into
-    the ``"intermediates"`` collection.
+    the ``"intermediates"`` collection. ``kernels`` (``model.kernels``) may send the plain causal
+    path to the backend's library kernel (:mod:`edge_jax.layers.kernels.flash`).
     """
     n_heads: int
     n_kv_heads: int
@@ -65,12 +68,15 @@ class GQAttention(nn.Module):
             for name, value in extras.items():
                 self.sow("intermediates", name, value)
         elif layout is not None:
-            attn_BTHK, state = segmented_attention(q, k, v, layout, self.rope_theta, spec, gate)
+            attn_BTHK, state = segmented_attention(q, k, v, layout, self.rope_theta, spec, gate, self.kernels)
             self.sow("intermediates", "infini_state", state)
         else:
             q = apply_rope(q, positions_BT, self.rope_theta)
             k = apply_rope(k, positions_BT, self.rope_theta)
-            attn_BTHK = dot_product_attention(q, k, v, causal_mask(positions_BT, positions_BT))
+            if backend.use_pallas(self.kernels, "flash"):  # the backend's library kernel
+                attn_BTHK = causal_attention(q, k, v)
+            else:
+                attn_BTHK = dot_product_attention(q, k, v, causal_mask(positions_BT, positions_BT))
             if gate is not None and self.is_initializing():  # create the gate's params
                 gate(attn_BTHK, attn_BTHK, False)
         return dense_general(x_BTD.shape[-1], ("heads", "head_dim", "embed"), "o_proj", std, dt, pdt,

@@ -12,6 +12,7 @@ Keys and queries arrive before RoPE ([B, T, H|G, K]); the result is the attentio
 from __future__ import annotations
 
 import dataclasses
+import functools
 
 import jax
 import jax.numpy as jnp
@@ -25,7 +26,10 @@ from edge_jax.layers.infini import (
     memory_update,
     memory_update_reference,
 )
+from edge_jax.layers.kernels import backend
+from edge_jax.layers.kernels.segment_attention import segment_attention
 from edge_jax.layers.rope import apply_rope
+from edge_jax.sharding import per_shard
 
 
 @dataclasses.dataclass(frozen=True)
@@ -52,9 +56,23 @@ def _local_attention(q_BTHK, k_BTGK, v_BTGK, sink_k_BSGK, sink_v_BSGK):
     return dot_product_attention(q_BTHK, keys, values, causal_mask(q_pos, k_pos))
 
 
-def segmented_attention(q_BTHK, k_BTGK, v_BTGK, layout: SegmentLayout, theta: float, spec: InfiniSpec, gate):
+def _fused(q_NLHK, k_NLGK, v_NLGK, sink_k_BSGK, sink_v_BSGK, M_NGKV, z_NGK, eps: float):
+    """The segment kernel per device on its rows (XLA cannot partition a Pallas call); a row's
+    segments stay on the device of its sink."""
+    rows = ("batch", None, None, None)
+    return per_shard(functools.partial(segment_attention, eps=eps), (rows,) * 6 + (("batch", None, None),),
+                     (rows, rows))(q_NLHK, k_NLGK, v_NLGK, sink_k_BSGK, sink_v_BSGK, M_NGKV, z_NGK)
+
+
+def segmented_attention(q_BTHK, k_BTGK, v_BTGK, layout: SegmentLayout, theta: float, spec: InfiniSpec, gate,
+                        kernels: str = "xla"):
     """``(attention [B, T, H, K], state)``; ``state`` is what Algorithm 1 keeps after prefill: the
-    sink and remaining keys (before RoPE) and values, and the memory (M, z) of all N segments."""
+    sink and remaining keys (before RoPE) and values, and the memory (M, z) of all N segments.
+    ``kernels`` (``model.kernels``): where :func:`~edge_jax.layers.kernels.backend.use_pallas` says so,
+    the segments' and the remaining part's local attention and memory readout run as one Pallas kernel
+    (:mod:`edge_jax.layers.kernels.segment_attention`); the sink's own attention, the memory scan and
+    the gate stay in XLA."""
+    fused = backend.use_pallas(kernels, "segment_attention")
     B, T, H, K = q_BTHK.shape
     G = k_BTGK.shape[2]
     S, L, N = layout.sink, layout.segment, layout.n_segments
@@ -71,7 +89,8 @@ def segmented_attention(q_BTHK, k_BTGK, v_BTGK, layout: SegmentLayout, theta: fl
 
     q_seg, k_seg, v_seg = per_segment(q), per_segment(k), per_segment(v)
     rep = lambda x: jnp.repeat(x, N, axis=0)  # noqa: E731 - [B, S, ...] -> [B*N, S, ...]
-    dot_seg = _local_attention(q_seg, k_seg, v_seg, rep(sink_k), rep(sink_v))
+    if not fused:
+        dot_seg = _local_attention(q_seg, k_seg, v_seg, rep(sink_k), rep(sink_v))
 
     def fold(carry, kv):
         M, z = carry
@@ -80,13 +99,20 @@ def segmented_attention(q_BTHK, k_BTGK, v_BTGK, layout: SegmentLayout, theta: fl
     by_segment = lambda x: jnp.moveaxis(x.reshape(B, N, *x.shape[1:]), 1, 0)  # noqa: E731
     (M_N, z_N), (M_before, z_before) = jax.lax.scan(fold, empty_memory(B, G, K), (by_segment(k_seg), by_segment(v_seg)))
     flat = lambda x: jnp.moveaxis(x, 0, 1).reshape(B * N, *x.shape[2:])  # noqa: E731
-    mem_seg = memory_readout(q_seg, flat(M_before), flat(z_before), spec.eps)
+    if fused:
+        dot_seg, mem_seg = _fused(q_seg, k_seg, v_seg, sink_k, sink_v, flat(M_before), flat(z_before), spec.eps)
+    else:
+        mem_seg = memory_readout(q_seg, flat(M_before), flat(z_before), spec.eps)
     has_seg = jnp.broadcast_to((jnp.arange(N) > 0)[None, :, None], (B, N, L)).reshape(B * N, L)
     parts.append(gate(mem_seg, dot_seg, has_seg).reshape(B, N * L, H, -1))
 
     q_rem, k_rem, v_rem = q[:, S + N * L:], k_BTGK[:, S + N * L:], v[:, S + N * L:]
-    dot_rem = _local_attention(q_rem, k[:, S + N * L:], v_rem, sink_k, sink_v)
-    parts.append(gate(memory_readout(q_rem, M_N, z_N, spec.eps), dot_rem, True))
+    if fused:
+        dot_rem, mem_rem = _fused(q_rem, k[:, S + N * L:], v_rem, sink_k, sink_v, M_N, z_N, spec.eps)
+    else:
+        dot_rem = _local_attention(q_rem, k[:, S + N * L:], v_rem, sink_k, sink_v)
+        mem_rem = memory_readout(q_rem, M_N, z_N, spec.eps)
+    parts.append(gate(mem_rem, dot_rem, True))
     state = {"sink_k": k_BTGK[:, :S], "sink_v": sink_v, "rest_k": k_rem, "rest_v": v_rem, "M": M_N, "z": z_N}
     return jnp.concatenate(parts, axis=1), state
 

@@ -33,6 +33,8 @@ per token instead of GQA's 2 G K (eqs. 6-7). Two ways to attend over it, the sam
 """
 from __future__ import annotations
 
+import functools
+
 import flax.linen as nn
 import jax.numpy as jnp
 import numpy as np
@@ -44,6 +46,7 @@ from edge_jax.layers.kernels import backend
 from edge_jax.layers.kernels.mla_decode import mla_decode, mla_decode_xla
 from edge_jax.layers.norms import RMSNorm
 from edge_jax.layers.rope import apply_rope
+from edge_jax.sharding import per_shard
 
 
 def latent_attention(q_nope_BTHK, q_rope_BTHR, latent_BSC, k_rope_BSR, w_uk_CHK, w_uv_CHK, mask_BTS):
@@ -66,8 +69,13 @@ def latent_decode(q_nope_B1HK, q_rope_B1HR, latent_BSC, k_rope_BSR, w_uk_CHK, w_
     those: ``[B, 1, H, K]``. ``kernels``: ``model.kernels`` (the Pallas kernel or XLA flash-decoding)."""
     K, R = q_nope_B1HK.shape[-1], q_rope_B1HR.shape[-1]
     q_lat_BHC = jnp.einsum("bhk,chk->bhc", q_nope_B1HK[:, 0], w_uk_CHK)
-    decode = mla_decode if backend.use_pallas(kernels, "mla_decode") else mla_decode_xla
-    o_lat_BHC = decode(q_lat_BHC, q_rope_B1HR[:, 0], latent_BSC, k_rope_BSR, length_B, scale=float(1 / np.sqrt(K + R)))
+    scale = float(1 / np.sqrt(K + R))
+    if backend.use_pallas(kernels, "mla_decode"):  # per device on its rows: XLA cannot partition the call
+        rows = ("batch", None, None)
+        decode = per_shard(functools.partial(mla_decode, scale=scale), (rows, rows, rows, rows, ("batch",)), rows)
+    else:
+        decode = functools.partial(mla_decode_xla, scale=scale)
+    o_lat_BHC = decode(q_lat_BHC, q_rope_B1HR[:, 0], latent_BSC, k_rope_BSR, length_B)
     return jnp.einsum("bhc,chk->bhk", o_lat_BHC, w_uv_CHK)[:, None]
 
 

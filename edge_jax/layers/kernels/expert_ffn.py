@@ -40,6 +40,7 @@ from jax.experimental import pallas as pl
 from jax.experimental.pallas import tpu as pltpu
 
 from edge_jax.layers.kernels import backend
+from edge_jax.sharding import per_shard
 
 NAME = "expert_ffn"
 VMEM_LIMIT = 64 * 2**20  # above the scoped default (16-32 MiB); PhiMoE blocks need ~40 MiB
@@ -172,5 +173,9 @@ def grouped_swiglu(x_GCD, gate_GDF, up_GDF, down_GFD, count_G, mode: str = "xla"
     """One static group's experts under ``model.kernels = mode``: :func:`expert_ffn` where it runs
     as Pallas, else :func:`swiglu` (whose padding rows are zero because the buffer's are)."""
     if backend.use_pallas(mode, NAME):
-        return expert_ffn(x_GCD, gate_GDF, up_GDF, down_GFD, count_G)
+        # XLA cannot partition a Mosaic call: on a mesh every device runs the whole group
+        # (replicated operands; the buffers are per prefill chunk, vmapped, not split by row)
+        whole = (None, None, None)
+        return per_shard(expert_ffn, (whole, whole, whole, whole, (None,)), whole)(x_GCD, gate_GDF, up_GDF, down_GFD,
+                                                                                 count_G)
     return swiglu(x_GCD, gate_GDF, up_GDF, down_GFD)

@@ -8,6 +8,7 @@ from helpers import compile_for_tpu, needs_libtpu
 from jax.sharding import PartitionSpec as P
 
 from edge_jax.layers.kernels import backend, flash
+from edge_jax.models import DecoderLM, ModelConfig
 from edge_jax.sharding import activation_sharding, make_mesh
 
 TOL = {"float32": 1e-5, "bfloat16": 2e-2}
@@ -61,6 +62,21 @@ def test_on_a_mesh_each_device_runs_its_rows():
 def test_auto_keeps_xla_on_cpu_and_pallas_forces_the_kernel():
     assert backend.use_pallas("auto", "flash") is (backend.platform() in ("tpu", "gpu"))
     assert backend.use_pallas("pallas", "flash") and not backend.use_pallas("xla", "flash")
+
+
+def test_decoder_logits_with_the_library_kernel():
+    """A GQA model at 128 tokens (one splash block): kernels=pallas runs splash (interpreted) in
+    every layer and gives the XLA logits; ``auto`` on CPU keeps the XLA path bit for bit."""
+    def model(kernels):
+        return DecoderLM(ModelConfig(vocab_size=64, d_model=32, n_layers=2, n_heads=4, n_kv_heads=2, head_dim=16,
+                                     d_ff=64, kernels=kernels))
+
+    tokens = jax.random.randint(jax.random.key(6), (2, 128), 0, 64)
+    params = model("xla").init(jax.random.key(7), tokens)
+    want = model("xla").apply(params, tokens)
+    assert "pallas_call" in str(jax.make_jaxpr(model("pallas").apply)(params, tokens))
+    assert _rel(model("pallas").apply(params, tokens), want) < 1e-5
+    np.testing.assert_array_equal(model("auto").apply(params, tokens), want)
 
 
 @needs_libtpu
