@@ -24,6 +24,10 @@ from edge_jax.infer import kv_select as sel
 from edge_jax.layers import cache_attention as ca
 from edge_jax.layers import dot_attention as da
 from edge_jax.layers import infini, infini_attention, mla
+from edge_jax.layers.kernels import expert_ffn as kffn
+from edge_jax.layers.kernels import flash
+from edge_jax.layers.kernels import mla_decode as kmla
+from edge_jax.layers.kernels import segment_attention as kseg
 from edge_jax.layers.moe import execute as moe
 from edge_jax.layers.moe.plan import LayerPlan
 
@@ -185,6 +189,37 @@ def moe_inputs(key, dtype, with_plan=False):
     return x, ids, w, _normal(ks, (N,), jnp.float32), jnp.arange(N) < N - 2, experts, plan
 
 
+def expert_group_inputs(key, dtype):
+    """A static group of 3 experts with 16 slots each, filled 16, 5 and 0 (an empty expert); the
+    padding rows are non-zero too (the kernel and the reference must both ignore them)."""
+    G, C, D, F = 3, 16, 128, 256
+    kx, kg, ku, kd = jax.random.split(key, 4)
+    weights = (_normal(k, s, dtype, 0.1) for k, s in zip((kg, ku, kd), [(G, D, F), (G, D, F), (G, F, D)]))
+    return (_normal(kx, (G, C, D), dtype), *weights, jnp.array([16, 5, 0], jnp.int32))
+
+
+def latent_decode_inputs(key, dtype):
+    """One query per row over a 40-slot latent cache filled 40 and 13 slots (mid-block)."""
+    B, H, C, R, S = 2, 4, 32, 8, 40
+    kq, kr, kl, kk = jax.random.split(key, 4)
+    return (_normal(kq, (B, H, C), dtype), _normal(kr, (B, H, R), dtype), _normal(kl, (B, S, C), dtype),
+            _normal(kk, (B, S, R), dtype), jnp.array([40, 13], jnp.int32))
+
+
+def segment_kernel_inputs(key, dtype):
+    """2 rows x 2 segments of 16 tokens, 4 query heads on 2 KV heads, a 5-token sink, and a memory."""
+    B, N, L, H, G, K, S = 2, 2, 16, 4, 2, 8, 5
+    kq, kk, kv, ks, kt, km, kz = jax.random.split(key, 7)
+    return (_normal(kq, (B * N, L, H, K), dtype), _normal(kk, (B * N, L, G, K), dtype),
+            _normal(kv, (B * N, L, G, K), dtype), _normal(ks, (B, S, G, K), dtype), _normal(kt, (B, S, G, K), dtype),
+            _normal(km, (B * N, G, K, K), jnp.float32), jnp.abs(_normal(kz, (B * N, G, K), jnp.float32)) + 1.0)
+
+
+def causal_inputs(key, dtype):
+    kq, kk, kv = jax.random.split(key, 3)
+    return _normal(kq, (1, 128, 4, 16), dtype), _normal(kk, (1, 128, 2, 16), dtype), _normal(kv, (1, 128, 2, 16), dtype)
+
+
 # ---------------------------------------------------------------- the table
 
 
@@ -227,6 +262,16 @@ CASES = [
     Case("moe/dropless", moe.dropless, _moe_reference, moe_inputs),
     Case("moe/ragged", moe.ragged, _moe_reference, moe_inputs),
     Case("moe/capacity_fallback", _capacity_fast, _capacity_reference, P(moe_inputs, with_plan=True)),
+    # the Pallas kernels (interpreted here; tests/layers/kernels/ has their ragged cases and TPU compiles)
+    Case("kernel/expert_ffn", P(kffn.expert_ffn, block_c=8, block_f=128), kffn.expert_ffn_reference,
+         expert_group_inputs),
+    Case("kernel/mla_decode", P(kmla.mla_decode, scale=0.25, block_s=8, splits=2),
+         P(kmla.mla_decode_reference, scale=0.25), latent_decode_inputs),
+    Case("kernel/mla_decode_xla", P(kmla.mla_decode_xla, scale=0.25, split_s=16),
+         P(kmla.mla_decode_reference, scale=0.25), latent_decode_inputs),
+    Case("kernel/segment_attention", P(kseg.segment_attention, block_q=8, block_k=8), kseg.segment_attention_reference,
+         segment_kernel_inputs),
+    Case("kernel/flash", flash.causal_attention, flash.causal_attention_reference, causal_inputs),
 ]
 
 

@@ -85,8 +85,9 @@ def parse_lengths(text) -> tuple[int, ...]:
 
 
 def model_config(shape: dict | None = None, sink: int = DEFAULT_SINK, window: int = DEFAULT_WINDOW,
-                 segment: int = DEFAULT_SEGMENT, dtype: str = "float32") -> ModelConfig:
-    """A GQA decoder with EdgeInfinite's memory gate; raises a one-line ConfigError for bad sizes."""
+                 segment: int = DEFAULT_SEGMENT, dtype: str = "float32", kernels: str = "xla") -> ModelConfig:
+    """A GQA decoder with EdgeInfinite's memory gate (``kernels``: ``model.kernels``); raises a
+    one-line ConfigError for bad sizes."""
     shape = {**DEFAULT_SHAPE, **(shape or {})}
     if min(shape.values()) <= 0:
         raise ConfigError(f"model size flags must be positive, got {shape}")
@@ -103,7 +104,7 @@ def model_config(shape: dict | None = None, sink: int = DEFAULT_SINK, window: in
         raise ConfigError(f"--window {window} is longer than --segment {segment}; use --window <= --segment "
                           "(the window tokens are what is left of the last segment)")
     return ModelConfig(**shape, dtype=dtype, param_dtype=dtype, infini_hidden=INFINI_HIDDEN, infini_sink=sink,
-                       infini_window=window, infini_segment=segment)
+                       infini_window=window, infini_segment=segment, kernels=kernels)
 
 
 def min_compressed_length(cfg: ModelConfig) -> int:
@@ -115,7 +116,7 @@ def bench_config(args) -> tuple[ModelConfig, tuple[int, ...]]:
     if args.preset:
         raise ConfigError("--preset applies to meki-decode; long-context takes size flags (--d-model, --layers, ...)")
     shape = {field: getattr(args, flag) for flag, field in _FLAGS.items() if getattr(args, flag, None) is not None}
-    cfg = model_config(shape, args.sink, args.window, args.segment, args.dtype)
+    cfg = model_config(shape, args.sink, args.window, args.segment, args.dtype, args.kernels)
     lengths = parse_lengths(args.lengths)
     if args.chunk <= 0 or args.batch <= 0 or args.repeats <= 0:
         raise ConfigError("--chunk, --batch and --repeats must be positive")
@@ -236,7 +237,8 @@ def format_report(cfg: ModelConfig, r: dict, chunk: int, repeats: int, batch: in
                   (x["edgeinfinite"], x["fullkv"]))
     lines = [f"long-context benchmark (EdgeInfinite §4.4, Fig. 3): d_model {cfg.d_model}, {cfg.n_layers} layers, "
              f"{cfg.n_heads}/{cfg.n_kv_heads} heads x {cfg.head_dim}, d_ff {cfg.d_ff} {cfg.ffn}, vocab "
-             f"{cfg.vocab_size}, {cfg.dtype}, memory gate hidden {cfg.infini_hidden}; batch {batch}; "
+             f"{cfg.vocab_size}, {cfg.dtype}, memory gate hidden {cfg.infini_hidden}, model.kernels {cfg.kernels}; "
+             f"batch {batch}; "
              f"{dev.platform} ({dev.device_kind}); random parameters and token ids",
              f"  EdgeInfinite: sink {cfg.infini_sink}, window {cfg.infini_window}, segment {cfg.infini_segment} "
              f"(compresses inputs >= {min_compressed_length(cfg)}); FullKV: chunked full-attention prefill, "
