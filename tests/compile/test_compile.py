@@ -269,10 +269,10 @@ def test_library_attention_kernel_in_a_compiled_tpu_step(tiny_config):
     """``model.kernels=pallas`` compiles the train step for TPU with splash attention (Mosaic, per
     shard under shard_map, chosen for the target though this process runs on CPU): the float32
     [T, T] scores leave the temporaries."""
-    shape = {"data.batch_size": 4, "data.seq_len": 2048, "model.n_layers": 1, "model.d_model": 256,
+    shape = {"data.batch_size": 4, "data.seq_len": 2048, "model.n_layers": 1, "model.d_model": 128,
              "model.head_dim": 128}
     target = make_target("v5e-4")
     plain = aot.compile_train(_config(tiny_config, **shape), target)
     kernel = aot.compile_train(_config(tiny_config, **shape, **{"model.kernels": "pallas"}), target)
-    scores = 4 * 2048 * 2048 * 4  # one row's float32 scores over its 4 heads
-    assert plain.temp_bytes > scores and kernel.temp_bytes < plain.temp_bytes / 4  # measured: 71.5 -> 6.0 MB
+    scores = 4 * 2048 * 2048 * 4  # one row's float32 scores over its 4 heads (XLA keeps them at 2048 tokens)
+    assert plain.temp_bytes > scores and kernel.temp_bytes < plain.temp_bytes / 4
