@@ -1,0 +1,31 @@
+"""``edge-jax bench kernels``: on CPU every registered kernel runs interpreted at small shapes and is
+checked against its reference; a timed row (as on an accelerator) prints ratio and rates."""
+import jax.numpy as jnp
+
+from edge_jax.bench import kernels as kb
+from edge_jax.cli import main
+
+
+def test_bench_kernels_checks_every_registered_kernel_on_cpu(capsys):
+    assert main(["bench", "kernels", "--kernel", "mla_decode", "--kernel", "expert_ffn"]) == 0
+    out = capsys.readouterr().out
+    rows = [line for line in out.splitlines() if line.startswith("| mla_decode") or line.startswith("| expert_ffn")]
+    assert len(rows) == 4 and not any("FAIL" in r for r in rows)
+    assert "only their agreement with the XLA reference is shown" in out
+    assert {"expert_ffn", "mla_decode", "segment_attention"} <= set(kb.KERNEL_CASES.names())
+
+
+def test_a_disagreeing_kernel_is_reported():
+    x = jnp.arange(1.0, 9.0)
+    case = kb.KernelCase("doubles", lambda a: 2 * a, lambda a: a, (x,), flops=8, bytes=32, dtype="float32")
+    row = kb.measure(case, "not_a_kernel", repeats=1)
+    assert not row["ok"] and row["rel_error"] > 0.9
+    assert "FAIL" in kb.format_rows([row])
+
+
+def test_timed_rows_print_ratio_and_rates():
+    row = {"kernel": "k", "case": "c", "dtype": "bfloat16", "rel_error": 1e-3, "tolerance": 3e-2, "ok": True,
+           "kernel_ms": 2.0, "kernel_spread_ms": 0.2, "xla_ms": 3.0, "xla_spread_ms": 0.4, "speedup": 1.5,
+           "tflops": 10.0, "gbps": 500.0, "flops_of_peak": 0.01, "bytes_of_peak": 0.15}
+    text = kb.format_rows([row])
+    assert "| 3.000 ± 0.200 | 2.000 ± 0.100 | 1.50x | 10.0 | 500 | 1%, 15% |" in text
