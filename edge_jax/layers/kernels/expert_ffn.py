@@ -173,8 +173,8 @@ def grouped_swiglu(x_GCD, gate_GDF, up_GDF, down_GFD, count_G, mode: str = "xla"
     """One static group's experts under ``model.kernels = mode``: :func:`expert_ffn` where it runs
     as Pallas, else :func:`swiglu` (whose padding rows are zero because the buffer's are)."""
     if backend.use_pallas(mode, NAME):
-        # XLA cannot partition a Mosaic call: on a mesh every device runs the whole group
-        # (replicated operands; the buffers are per prefill chunk, vmapped, not split by row)
+        # XLA cannot partition a Mosaic call. The MoE layer already runs each device's prefill chunks
+        # per shard (no mesh is active inside); called on a mesh otherwise, every device runs the group
         whole = (None, None, None)
         return per_shard(expert_ffn, (whole, whole, whole, whole, (None,)), whole)(x_GCD, gate_GDF, up_GDF, down_GFD,
                                                                                  count_G)

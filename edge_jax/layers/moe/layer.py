@@ -23,10 +23,14 @@ import jax
 import jax.numpy as jnp
 
 from edge_jax.errors import ConfigError
+from edge_jax.layers.kernels import backend
 from edge_jax.layers.moe import execute
 from edge_jax.layers.moe.plan import LayerPlan, MoEExec
 from edge_jax.layers.moe.strategies import DROP_POLICIES, MOE_STRATEGIES
 from edge_jax.registry import SECTIONS, Section
+from edge_jax.sharding import per_shard
+
+STAT_KEYS = ("routed", "kept", "dropped", "fallback", "padded")  # execute.capacity_moe's stats
 
 
 class MoE(nn.Module):
@@ -83,13 +87,28 @@ class MoE(nn.Module):
             raise ValueError(f"the capacity plan has {self.plan.n_experts} experts but the layer has "
                              f"{self.n_experts}; recalibrate with edge-jax moe calibrate")
         chunks = execute.chunked(x_ND, ids_NK, w_NK, sal_N, self.execution.chunk, self.execution.drop)
-        y_CnD, stats = jax.vmap(lambda *a: execute.capacity_moe(*a, experts, self.plan, fallback=False,
-                                                                kernels=self.kernels))(*chunks)
+        y_CnD, stats = self._chunks(chunks, experts)
         self.sow("intermediates", "moe_stats", {k: jnp.sum(v) for k, v in stats.items()})
         y_ND = y_CnD.reshape(-1, x_ND.shape[-1])[:x_ND.shape[0]]
         if self.plan.fallback:
             y_ND = y_ND + execute.ragged(x_ND, ids_NK, w_NK, experts, self.plan.fallback)
         return y_ND
+
+
+    def _chunks(self, chunks, experts):
+        """``capacity_moe`` on every prefill chunk (vmapped). With the ``expert_ffn`` kernel, which XLA
+        cannot partition, each device runs its own chunks on a mesh (experts whole on every device)."""
+        def run(*arrays):
+            *chunk_arrays, gate, up, down = arrays
+            y, stats = jax.vmap(lambda *a: execute.capacity_moe(*a, (gate, up, down), self.plan, fallback=False,
+                                                                kernels=self.kernels))(*chunk_arrays)
+            return (y, *(stats[k] for k in STAT_KEYS))
+
+        if backend.use_pallas(self.kernels, "expert_ffn"):
+            rows = [("batch",) + (None,) * (a.ndim - 1) for a in chunks]
+            run = per_shard(run, (*rows, *[(None, None, None)] * 3), (rows[0],) + (("batch",),) * len(STAT_KEYS))
+        y_CnD, *stats = run(*chunks, *experts)
+        return y_CnD, dict(zip(STAT_KEYS, stats))
 
 
 @dataclasses.dataclass(frozen=True)

@@ -173,3 +173,24 @@ def test_decoder_logits_with_the_kernel():
     assert "pallas_call" in str(jax.make_jaxpr(model("pallas").apply)(params, tokens))
     want = jax.jit(model("xla").apply)(params, tokens)
     assert rel_error(jax.jit(model("pallas").apply)(params, tokens), want) < 1e-5
+
+
+def test_on_a_mesh_each_device_runs_its_chunks():
+    """4 devices (data 2 x fsdp 2), 4 prefill chunks: with the kernel every device runs its own chunk
+    (one shard_map around the chunks, none nested inside) and the logits are the XLA path's."""
+    from edge_jax.sharding import activation_sharding, make_mesh
+    plan = tiered_plan(LOAD, 24, 2, group=2, hot_fraction=0.75)
+
+    def model(kernels):
+        return DecoderLM(ModelConfig(vocab_size=64, d_model=16, n_layers=1, n_heads=2, n_kv_heads=1, head_dim=8,
+                                     d_ff=32, moe_experts=8, moe_top_k=2, moe_d_ff=128,
+                                     moe_exec=MoEExec("npumoe", 24, "saliency", (plan,)), kernels=kernels))
+
+    tokens = jax.random.randint(jax.random.key(3), (4, 24), 0, 64)  # 96 tokens: 4 chunks of 24
+    params = jax.jit(model("xla").init)(jax.random.key(4), tokens)
+    mesh = make_mesh({"data": 2, "fsdp": 2, "tensor": 1}, jax.devices()[:4])
+    with activation_sharding(mesh):
+        jaxpr = str(jax.make_jaxpr(model("pallas").apply)(params, tokens))
+        got = jax.jit(model("pallas").apply)(params, tokens)
+    assert jaxpr.count("shard_map") == 1 and "pallas_call" in jaxpr
+    assert rel_error(got, jax.jit(model("xla").apply)(params, tokens)) < 1e-5
