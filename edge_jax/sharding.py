@@ -179,9 +179,9 @@ def per_shard(fn, in_names: tuple, out_names: tuple):
     """``fn`` run on each device's shard under ``shard_map`` over the active mesh
     (:func:`activation_sharding`), for a computation XLA cannot partition (a Pallas call): argument
     ``i`` split by the logical axes ``in_names[i]``, the result by ``out_names`` (a tuple of them for
-    a tuple of results; a logical axis whose
-    mesh axes do not divide some array's dimension stays whole everywhere). ``fn`` itself outside a
-    mesh or on a single device."""
+    a tuple of results). A logical axis whose mesh axes do not divide some array's dimension stays
+    whole in every array. Inside, no mesh is active (no constraints, no nested ``shard_map``). ``fn``
+    itself outside a mesh or on a single device."""
     mesh = _ACTIVATION_MESH.get()
     if mesh is None or mesh.size == 1:
         return fn

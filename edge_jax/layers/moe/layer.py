@@ -94,7 +94,6 @@ class MoE(nn.Module):
             y_ND = y_ND + execute.ragged(x_ND, ids_NK, w_NK, experts, self.plan.fallback)
         return y_ND
 
-
     def _chunks(self, chunks, experts):
         """``capacity_moe`` on every prefill chunk (vmapped). With the ``expert_ffn`` kernel, which XLA
         cannot partition, each device runs its own chunks on a mesh (experts whole on every device)."""
