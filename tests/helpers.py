@@ -32,12 +32,11 @@ def compile_for_tpu(fn, arg_structs, in_specs, out_specs, topology: str = "v5e:2
     naming ``x``); ``arg_structs`` are the global ``(shape, dtype)`` of the arguments. Returns the
     compiled executable (``memory_analysis()``, ``cost_analysis()``); a block shape Mosaic rejects
     raises here."""
-    from jax.experimental import topologies
     from jax.sharding import Mesh, NamedSharding
 
-    topo = topologies.get_topology_desc(platform="tpu", topology_name=topology, chip_config_name="default",
-                                        chips_per_host_bounds=(2, 2, 1), num_slices=1)
-    mesh = Mesh(np.asarray(topo.devices), ("x",))
+    from edge_jax.compile.chips import make_target
+
+    mesh = Mesh(np.asarray(make_target(topology).devices), ("x",))
     mapped = jax.shard_map(fn, mesh=mesh, in_specs=in_specs, out_specs=out_specs, check_vma=False)
     args = [jax.ShapeDtypeStruct(s, d, sharding=NamedSharding(mesh, spec))
             for (s, d), spec in zip(arg_structs, in_specs)]

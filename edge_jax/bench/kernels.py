@@ -12,22 +12,24 @@ from __future__ import annotations
 
 import dataclasses
 import statistics
-import time
 from typing import Callable
 
 import jax
 import jax.numpy as jnp
 
 from edge_jax.bench import Benchmark
+from edge_jax.compile.chips import CHIPS
 from edge_jax.layers.kernels import backend
 from edge_jax.registry import BENCHMARKS, Registry
 from edge_jax.utils.atomic import write_json_atomic
+from edge_jax.utils.timing import samples_interleaved
 
 TOL = {"float32": 1e-4, "bfloat16": 3e-2}
-# device_kind -> (peak dense bf16 FLOP/s, memory bytes/s), from the vendors' data sheets (read 2026-11)
+# device_kind -> (peak dense bf16 FLOP/s, memory bytes/s): the TPUs from compile.chips.CHIPS, the GPUs
+# from NVIDIA's data sheets (read 2026-11)
+TPU_KINDS = {"TPU v4": "v4", "TPU v5 lite": "v5e", "TPU v5": "v5p", "TPU v6 lite": "v6e"}
 PEAKS = {"NVIDIA H100 80GB HBM3": (989e12, 3.35e12), "NVIDIA H200": (989e12, 4.8e12),
-         "TPU v4": (275e12, 1.2e12), "TPU v5 lite": (197e12, 0.819e12), "TPU v5": (459e12, 2.765e12),
-         "TPU v6 lite": (918e12, 1.64e12)}
+         **{kind: (CHIPS[gen].peak_flops, CHIPS[gen].hbm_bandwidth) for kind, gen in TPU_KINDS.items()}}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -56,16 +58,6 @@ def rel_error(got, want) -> float:
     return max(errs)
 
 
-def _times(fn, args, repeats: int) -> list[float]:
-    jax.block_until_ready(fn(*args))
-    out = []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        jax.block_until_ready(fn(*args))
-        out.append(time.perf_counter() - t0)
-    return out
-
-
 def measure(case: KernelCase, name: str, repeats: int) -> dict:
     kernel, reference = jax.jit(case.kernel), jax.jit(case.reference)
     err = rel_error(kernel(*case.args), reference(*case.args))
@@ -73,10 +65,9 @@ def measure(case: KernelCase, name: str, repeats: int) -> dict:
            "tolerance": TOL[case.dtype], "ok": err <= TOL[case.dtype]}
     if not backend.native(name):
         return row
-    t_k, t_r = [], []
-    for _ in range(repeats):  # interleaved rounds: both see the same machine state
-        t_k += _times(kernel, case.args, 1)
-        t_r += _times(reference, case.args, 1)
+    samples = samples_interleaved({"kernel": lambda: kernel(*case.args), "xla": lambda: reference(*case.args)},
+                                  repeats, 1)  # interleaved rounds: both see the same machine state
+    t_k, t_r = samples["kernel"], samples["xla"]
     mk, mr = statistics.median(t_k), statistics.median(t_r)
     row.update(kernel_ms=1e3 * mk, kernel_spread_ms=1e3 * (max(t_k) - min(t_k)), xla_ms=1e3 * mr,
                xla_spread_ms=1e3 * (max(t_r) - min(t_r)), speedup=mr / mk, tflops=case.flops / mk / 1e12,
@@ -116,6 +107,8 @@ def format_rows(rows: list[dict]) -> str:
 
 
 def run(args, overrides) -> str:
+    for name in args.kernel or ():
+        KERNEL_CASES.check(name, key="--kernel")
     small = not any(backend.native(name) for name in KERNEL_CASES.names())
     rows = []
     for name, cases in KERNEL_CASES.items():

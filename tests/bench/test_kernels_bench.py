@@ -29,3 +29,8 @@ def test_timed_rows_print_ratio_and_rates():
            "tflops": 10.0, "gbps": 500.0, "flops_of_peak": 0.01, "bytes_of_peak": 0.15}
     text = kb.format_rows([row])
     assert "| 3.000 ± 0.200 | 2.000 ± 0.100 | 1.50x | 10.0 | 500 | 1%, 15% |" in text
+
+
+def test_an_unknown_kernel_is_one_line(capsys):
+    assert main(["bench", "kernels", "--kernel", "mla_decod"]) == 2
+    assert "unknown --kernel value 'mla_decod'; did you mean 'mla_decode'?" in capsys.readouterr().err
