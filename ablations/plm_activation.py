@@ -6,13 +6,13 @@ Each cell trains PLM with another FFN (at matched parameters), then Algorithm 1 
 fraction of FFN activations that can be zeroed (smallest |a| first) for a perplexity increase of at
 most 1. The post hook draws Fig. 11 (perplexity increase against the masked fraction).
 """
-from edge_jax.papers.plm.grid import base, notes, variant
+from edge_jax.papers.plm.grid import base, notes, variant, zero_shot
 
 
 def get_grid(preset: str) -> dict:
     cells = {"relu2": {}}
     cells.update({ffn: variant(preset, ffn=ffn) for ffn in ("swiglu", "relu", "gelu")})
-    return {
+    return zero_shot(preset, {
         "name": "plm_activation",
         "title": "PLM Table 14 / Fig. 11: activation sparsity rate of ReLU² vs SwiGLU, ReLU, GELU",
         "base": base(preset), "base_overrides": {}, "cells": cells,
@@ -27,4 +27,4 @@ def get_grid(preset: str) -> dict:
             "share of activations that are exactly zero with nothing masked; executed_fraction is Table 14's "
             "last column (parameters still multiplied after masking / all parameters).")),
         "post": "edge_jax.papers.plm.sparsity_report:write_sparsity_curves",
-    }
+    })

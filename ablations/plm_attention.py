@@ -6,11 +6,11 @@ The table compares validation loss; the post hook measures, on each trained cell
 bytes per token from the real cache arrays and greedy decode tokens/s at several context lengths
 (one process, cells one after another), beside Table 13's decode speeds.
 """
-from edge_jax.papers.plm.grid import base, notes, variant
+from edge_jax.papers.plm.grid import base, notes, variant, zero_shot
 
 
 def get_grid(preset: str) -> dict:
-    return {
+    return zero_shot(preset, {
         "name": "plm_attention",
         "title": "PLM Fig. 9 / Table 13: MLA vs GQA vs MHA (loss, KV cache, decode speed)",
         "base": base(preset), "base_overrides": {},
@@ -26,4 +26,4 @@ def get_grid(preset: str) -> dict:
             "query head. Decode speed and cache bytes are in decode.md (post hook); PLM's Table 13 gives "
             "PLM (MLA) 86.2 vs Fox (GQA) 67.8 decode tokens/s at Q8 on an A10.")),
         "post": "edge_jax.papers.plm.kv_cache:write_attention_report",
-    }
+    })

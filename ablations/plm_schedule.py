@@ -7,7 +7,7 @@ peak, decay to 3e-5, then a constant tail. Its three pre-training phases use 1.6
 tokens (PLM Tables 2-4; 2.48T in all), which fix the fractions of the run spent decaying
 (550/2480) and in the tail (280/2480); configs/plm.py sets them (models/presets.py WSDC).
 """
-from edge_jax.papers.plm.grid import base, notes
+from edge_jax.papers.plm.grid import base, notes, zero_shot
 
 NOTES = (
     "PLM reports no numbers comparing schedules and states no explicit ranking: it "
@@ -23,7 +23,7 @@ NOTES = (
 
 
 def get_grid(preset: str) -> dict:
-    return {
+    return zero_shot(preset, {
         "name": "plm_schedule",
         "title": "Learning-rate schedule on PLM: cosine vs WSD vs WSDC (PLM §4.2)",
         "base": base(preset), "base_overrides": {},
@@ -39,4 +39,4 @@ def get_grid(preset: str) -> dict:
             "source": "PLM §4.2 and Table 23; WSDC adopted, not compared",
         },
         "notes": notes(preset, NOTES),
-    }
+    })

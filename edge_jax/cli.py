@@ -47,6 +47,10 @@ def _cmd_train(args, overrides) -> int:
 
 
 def _cmd_eval(args, overrides) -> int:
+    if args.tasks:
+        from edge_jax.eval.command import zero_shot_workdir
+        _print_result(zero_shot_workdir(args))
+        return 0
     from edge_jax.train.evaluate import evaluate_workdir
     result = evaluate_workdir(args.workdir, num_batches=args.batches, split=args.split, qa=args.qa,
                               max_questions=args.max_questions)
@@ -67,12 +71,14 @@ def _add_core_commands(sub) -> None:
     p.add_argument("--config", required=True, help="path/to/config.py[:arg]")
     p.add_argument("--workdir", required=True)
     p.set_defaults(fn=_cmd_train, takes_overrides=True)
-    p = sub.add_parser("eval", help="validation loss/perplexity of a trained workdir")
+    p = sub.add_parser("eval", help="validation loss/perplexity of a trained workdir, or zero-shot tasks (--tasks)")
     p.add_argument("--workdir", required=True)
     p.add_argument("--batches", type=int, default=0, help="0 = the whole split")
     p.add_argument("--split", default="validation")
     p.add_argument("--qa", action="store_true", help="also score exact match on the question split (facts, longctx)")
     p.add_argument("--max-questions", type=int, default=0, help="0 = all questions")
+    from edge_jax.eval import command as eval_command
+    eval_command.add_arguments(p)
     p.set_defaults(fn=_cmd_eval)
     p = sub.add_parser("params", help="parameter counts (built abstractly, no memory used)")
     p.add_argument("--config", required=True)

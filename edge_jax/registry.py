@@ -26,9 +26,10 @@ from edge_jax.errors import ConfigError, unknown
 
 T = TypeVar("T")
 # The modules whose import registers every variant: the layers (through the model), the generic KV
-# baselines, the LM runner and evaluators, the generic benchmark, then every paper.
-PLUGINS = ("edge_jax.models", "edge_jax.infer", "edge_jax.train.loop", "edge_jax.bench.command",
-           "edge_jax.compile.command", "edge_jax.papers")
+# baselines, the LM runner and evaluators, the zero-shot tasks and evaluator, the generic benchmark,
+# then every paper.
+PLUGINS = ("edge_jax.models", "edge_jax.infer", "edge_jax.train.loop", "edge_jax.eval.evaluator",
+           "edge_jax.bench.command", "edge_jax.compile.command", "edge_jax.papers")
 _loaded = False
 _loading = threading.local()
 

@@ -227,3 +227,14 @@ def batch_sharding(mesh: Mesh) -> NamedSharding:
 
 def replicated(mesh: Mesh) -> NamedSharding:
     return NamedSharding(mesh, P())
+
+
+def to_global(batch: dict, sharding) -> dict:
+    """Process-local numpy batch -> global jax arrays laid out on the mesh."""
+    return {k: jax.make_array_from_process_local_data(sharding, np.asarray(v)) for k, v in batch.items()}
+
+
+def process_rows(batch: dict) -> dict:
+    """This process's share of the rows of a global host batch."""
+    n, i = jax.process_count(), jax.process_index()
+    return {k: v[i * (len(v) // n):(i + 1) * (len(v) // n)] for k, v in batch.items()}

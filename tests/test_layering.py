@@ -14,7 +14,7 @@ The allowed order, lowest first; a module may import its own level and the level
     core               edge_jax/__init__, config, errors, registry, sharding, utils/*
     layers             layers/*
     models/interop     models/*, interop/*
-    data/train/infer   data/*, train/*, infer/*   (data/* may import the core only)
+    data/train/infer   data/*, train/*, infer/*, eval/*   (data/* may import the core only)
     grid/bench         grid/*, bench/*, compile/*
     papers             papers/*     (papers/<a> may import neither papers/<b> nor edge_jax.papers;
                                      only papers/__init__ imports the papers)
@@ -43,7 +43,7 @@ LEVELS = (  # (level, top-level names under edge_jax/ that belong to it), lowest
     ("core", ("__init__", "config", "errors", "registry", "sharding", "utils")),
     ("layers", ("layers",)),
     ("models/interop", ("models", "interop")),
-    ("data/train/infer", ("data", "train", "infer")),
+    ("data/train/infer", ("data", "train", "infer", "eval")),
     ("grid/bench", ("grid", "bench", "compile")),
     ("papers", ("papers",)),
     ("cli", ("cli",)),

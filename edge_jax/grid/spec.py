@@ -19,6 +19,9 @@ An ablation file defines `get_grid(preset: str) -> dict` with these keys:
                                list of cells the paper does not order among themselves
                                (e.g. ["best", ["rest1", "rest2"]])}
     notes            free text shown under the table
+    zero_shot        optional zero-shot tasks or groups scored after every cell's training
+                     (edge_jax.eval: "builtin", "meki10", "facts_mc,code_cloze"); it sets
+                     eval.zero_shot in every cell and adds the column zero_shot_avg (mean acc)
     stages           optional shared prerequisite runs (a base checkpoint) that cells refer to as
                      "{stage:name}" in override values; see edge_jax.grid.stages
     post             optional "module:function" called as function(grid, records, out) after
@@ -44,7 +47,8 @@ REQUIRED_KEYS = ("name", "title", "base", "base_overrides", "cells", "metric",
                  "lower_is_better", "extra_metrics", "paper", "notes")
 PAPER_KEYS = ("metric", "values", "higher_is_better", "source")
 PAPER_OPTIONAL_KEYS = ("order",)
-OPTIONAL_KEYS = ("post", "stages")
+OPTIONAL_KEYS = ("post", "stages", "zero_shot")
+ZERO_SHOT_METRIC = "zero_shot_avg"
 # Cell and grid names become file and directory names.
 _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.+-]*$")
 
@@ -165,6 +169,15 @@ def validate_grid(raw: Any, *, preset: str, path: str = "<grid>") -> Grid:
     extra = raw["extra_metrics"]
     if not isinstance(extra, (list, tuple)) or not all(isinstance(m, str) for m in extra):
         raise fail("'extra_metrics' must be a list of strings")
+    zero_shot = raw.get("zero_shot", "")
+    if not isinstance(zero_shot, str):
+        raise fail(f"'zero_shot' must be a string of task names, got {zero_shot!r}")
+    if zero_shot:
+        if "eval.zero_shot" in base_overrides:
+            raise fail("sets both 'zero_shot' and base_overrides['eval.zero_shot']; keep one")
+        base_overrides["eval.zero_shot"] = zero_shot
+        if ZERO_SHOT_METRIC != raw["metric"] and ZERO_SHOT_METRIC not in extra:
+            extra = [*extra, ZERO_SHOT_METRIC]
     if raw["metric"] in extra:
         raise fail(f"'extra_metrics' repeats the primary metric {raw['metric']!r}")
     if len(set(extra)) != len(extra):

@@ -13,14 +13,13 @@ import os
 import time
 
 import jax
-import numpy as np
 
 from edge_jax.config import flat_json, schema_defaults, upgrade_config
 from edge_jax.data import make_eval_batches, make_train_iter
 from edge_jax.errors import UserError
 from edge_jax.models.inputs import with_host_inputs
 from edge_jax.registry import RUNNERS, SECTIONS
-from edge_jax.sharding import batch_sharding, maybe_initialize_distributed, on_mesh
+from edge_jax.sharding import batch_sharding, maybe_initialize_distributed, on_mesh, process_rows, to_global
 from edge_jax.train.checkpoint import Checkpointer
 from edge_jax.train.hooks import EvalContext, RunContext, prepare, run_evaluators
 from edge_jax.train.init_from import merge_params, restore_params
@@ -34,17 +33,6 @@ from edge_jax.utils.atomic import write_json_atomic
 
 class TrainingError(UserError, RuntimeError):
     """Training cannot go on (e.g. a non-finite loss); the message says where and what to do."""
-
-
-def to_global(batch: dict, sharding) -> dict:
-    """Process-local numpy batch -> global jax arrays laid out on the mesh."""
-    return {k: jax.make_array_from_process_local_data(sharding, np.asarray(v)) for k, v in batch.items()}
-
-
-def process_rows(batch: dict) -> dict:
-    """This process's share of the rows of a global host batch."""
-    n, i = jax.process_count(), jax.process_index()
-    return {k: v[i * (len(v) // n):(i + 1) * (len(v) // n)] for k, v in batch.items()}
 
 
 def evaluate(eval_step, params, batches, sharding) -> dict:

@@ -68,9 +68,8 @@ def logit_lens_workdir(workdir: str, num_tokens: int = 10_000) -> dict:
     """Per-layer KL over the first ``num_tokens`` validation tokens of the latest checkpoint."""
     from edge_jax.data import make_eval_batches
     from edge_jax.models.inputs import model_kwargs, with_host_inputs
-    from edge_jax.sharding import batch_sharding
+    from edge_jax.sharding import batch_sharding, process_rows, to_global
     from edge_jax.train.evaluate import restore_latest
-    from edge_jax.train.loop import process_rows, to_global
 
     run, state, step = restore_latest(workdir)
     data = run.config.data

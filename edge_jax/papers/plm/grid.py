@@ -8,11 +8,20 @@ from __future__ import annotations
 PRESETS = ("tiny", "paper")
 SIZE = {"tiny": "tiny", "paper": "1p8b"}
 
+# Zero-shot tasks scored after every cell (edge_jax.eval; grid key "zero_shot" adds the zero_shot_avg
+# column): at tiny the built-in stand-ins the pystdlib-trained models can know (code_cloze; longctx_mc
+# needs only copying from the context), at the paper preset the ten lm-eval benchmarks (their files:
+# --set eval.data_dir=DIR, docs/eval.md).
+ZERO_SHOT_TASKS = {"tiny": "code_cloze,longctx_mc", "paper": "meki10"}
+TINY_ZERO_SHOT_LIMIT = 400
+
 TINY_NOTES = (
     "Tiny preset: PLM-shaped decoder (MLA d_c 32, d_rope 16, 4 heads of 32, d_model 128, 4 layers, "
     "ReLU² FFN 512, tied embeddings), 300 steps of 16 x 128 byte tokens of pystdlib with WSDC; "
     "twins with another attention or FFN keep the non-embedding parameter count by adjusting d_ff. "
-    "The sparsity sweep (Algorithm 1, Δppl <= 1) runs on 4 validation batches after training."
+    "The sparsity sweep (Algorithm 1, Δppl <= 1) runs on 4 validation batches after training. "
+    "zero_shot_avg is the mean zero-shot accuracy over code_cloze and longctx_mc (400 documents each, "
+    "4-way, chance 0.25; docs/eval.md)."
 )
 
 
@@ -32,3 +41,9 @@ def variant(preset: str, attention: str = "mla", ffn: str = "relu2") -> dict:
 
 def notes(preset: str, text: str) -> str:
     return " ".join(t for t in (text, TINY_NOTES if preset == "tiny" else "") if t)
+
+
+def zero_shot(preset: str, grid: dict) -> dict:
+    """``grid`` with the preset's zero-shot tasks scored after every cell (the zero_shot_avg column)."""
+    overrides = {**grid["base_overrides"], **({"eval.limit": TINY_ZERO_SHOT_LIMIT} if preset == "tiny" else {})}
+    return {**grid, "base_overrides": overrides, "zero_shot": ZERO_SHOT_TASKS[preset]}

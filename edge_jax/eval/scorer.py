@@ -1,0 +1,161 @@
+"""Log-likelihood of (context, continuation) requests, as lm-evaluation-harness's HF model scores them.
+
+Tokenisation (:func:`encode_pair`, lm-eval's ``_encode_pair``): trailing whitespace of the context
+moves to the continuation; the continuation's tokens are those of ``context + continuation`` after
+the context's own tokens; an empty context becomes the eos id. A request's row is
+``(context + continuation)[-(max_length + 1):][:-1]`` (the context truncated from the left), and its
+result is the summed log-probability of the continuation tokens and whether each of them is the
+argmax (``is_greedy``).
+
+:class:`Scorer` is the fast path: rows sorted by length (longest first), right-padded to a length
+bucket (powers of two up to ``max_length``) in batches of a fixed size, so a handful of shapes
+compile once; one jitted step computes every row's sum and greedy flag; batches are placed on the
+mesh's data axis. :func:`loglikelihoods_reference` scores one request at a time at its exact length.
+"""
+from __future__ import annotations
+
+import dataclasses
+from typing import Callable, Sequence
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from edge_jax.eval.tasks import TaskError
+from edge_jax.sharding import batch_sharding, on_mesh, process_rows, replicated, to_global
+
+MIN_BUCKET = 32
+
+
+def encode_pair(tokenizer, context: str, continuation: str) -> tuple[list[int], list[int]]:
+    """(context ids, continuation ids) by lm-eval's rules for a causal model."""
+    if not context:
+        cont = list(tokenizer.encode(continuation))
+        if cont and cont[0] == tokenizer.eos_id:
+            return cont[:1], cont[1:]
+        return [tokenizer.eos_id], cont
+    spaces = len(context) - len(context.rstrip())
+    if spaces:
+        context, continuation = context[:-spaces], context[-spaces:] + continuation
+    whole = list(tokenizer.encode(context + continuation))
+    ctx = list(tokenizer.encode(context))
+    return ctx, whole[len(ctx):]
+
+
+def request_row(ctx: Sequence[int], cont: Sequence[int], max_length: int, truncate: bool = True
+                ) -> tuple[list[int], int]:
+    """(input ids, number of continuation tokens): what the model reads for one request."""
+    if not cont:
+        raise TaskError("a continuation encodes to no tokens; every choice must be non-empty text")
+    if len(cont) > max_length:
+        raise TaskError(f"a continuation of {len(cont)} tokens is longer than the model's {max_length}; "
+                        "raise --max-length")
+    seq = list(ctx) + list(cont)
+    if len(seq) - 1 > max_length and not truncate:
+        raise TaskError(f"a request of {len(seq) - 1} tokens is longer than the model's {max_length} and "
+                        "truncation is off; raise --max-length or allow left truncation")
+    return seq[-(max_length + 1):][:-1], len(cont)
+
+
+def bucket(n: int, max_length: int) -> int:
+    """The padded length for a row of ``n`` tokens: the next power of two (at least 32), capped."""
+    size = MIN_BUCKET
+    while size < n:
+        size *= 2
+    return min(size, max_length) if n <= max_length else n
+
+
+@dataclasses.dataclass
+class Scorer:
+    """Scores requests with a model: ``apply_fn({"params": params}, tokens_BT, **host_fn(tokens))``
+    gives logits ``[B, T, V]``. With a ``mesh``, each batch's rows are split over its data and fsdp
+    axes (``batch_size`` must be a multiple of their size; every process builds the same batch and
+    keeps its rows) and the results come back replicated."""
+    apply_fn: Callable
+    params: object
+    tokenizer: object
+    max_length: int
+    batch_size: int = 16
+    host_fn: Callable | None = None
+    mesh: object = None
+    truncate: bool = True
+    progress: bool = True
+
+    def __post_init__(self):
+        apply_fn = self.apply_fn
+
+        def step(params, tokens_BT, targets_BT, mask_BT, extra):
+            logits = apply_fn({"params": params}, tokens_BT, **extra).astype(jnp.float32)
+            logp = jax.nn.log_softmax(logits, axis=-1)
+            target_lp = jnp.take_along_axis(logp, targets_BT[..., None], axis=-1)[..., 0]
+            greedy = jnp.argmax(logits, axis=-1) == targets_BT
+            return (jnp.sum(jnp.where(mask_BT, target_lp, 0.0), axis=1),
+                    jnp.all(greedy | ~mask_BT, axis=1))
+
+        if self.mesh is None:
+            self._step = jax.jit(step)
+        else:
+            ways = self.mesh.shape["data"] * self.mesh.shape["fsdp"]
+            if self.batch_size % ways:
+                raise TaskError(f"eval batch size {self.batch_size} is not a multiple of the mesh's {ways} data x fsdp "
+                                f"devices; pass a multiple of {ways}")
+            self._step = on_mesh(self.mesh, jax.jit(step, out_shardings=replicated(self.mesh)))
+
+    def rows(self, requests: Sequence[tuple[str, str]]) -> list[tuple[list[int], list[int], int]]:
+        """(inputs, targets, continuation length) per request."""
+        out = []
+        for context, continuation in requests:
+            ctx, cont = encode_pair(self.tokenizer, context, continuation)
+            inputs, n_cont = request_row(ctx, cont, self.max_length, self.truncate)
+            out.append((inputs, (inputs[1:] + [cont[-1]]), n_cont))
+        return out
+
+    def __call__(self, requests: Sequence[tuple[str, str]]) -> list[tuple[float, bool]]:
+        """(summed log-likelihood, is_greedy) per request, in the order given."""
+        rows = self.rows(requests)
+        order = sorted(range(len(rows)), key=lambda i: -len(rows[i][0]))
+        results: list[tuple[float, bool] | None] = [None] * len(rows)
+        pad = self.tokenizer.pad_id
+        batches = [order[s:s + self.batch_size] for s in range(0, len(order), self.batch_size)]
+        for idx in _progress(batches, self.progress, len(requests)):
+            T = bucket(len(rows[idx[0]][0]), self.max_length)
+            tokens = np.full((self.batch_size, T), pad, np.int32)
+            targets = np.zeros((self.batch_size, T), np.int32)
+            mask = np.zeros((self.batch_size, T), bool)
+            for b, i in enumerate(idx):
+                inputs, tgt, n = rows[i]
+                tokens[b, :len(inputs)], targets[b, :len(tgt)] = inputs, tgt
+                mask[b, len(inputs) - n:len(inputs)] = True
+            batch = {"tokens": tokens, "targets": targets, "mask": mask,
+                     **(self.host_fn(tokens) if self.host_fn else {})}
+            if self.mesh is not None:
+                batch = to_global(process_rows(batch), batch_sharding(self.mesh))
+            tokens, targets, mask = batch.pop("tokens"), batch.pop("targets"), batch.pop("mask")
+            ll, greedy = jax.device_get(self._step(self.params, tokens, targets, mask, batch))
+            for b, i in enumerate(idx):
+                results[i] = (float(ll[b]), bool(greedy[b]))
+        return results  # type: ignore[return-value]
+
+
+def _progress(batches, show: bool, n_requests: int):
+    if not show:
+        return batches
+    from tqdm import tqdm
+    return tqdm(batches, desc=f"scoring {n_requests} requests", unit="batch", leave=False)
+
+
+def loglikelihoods_reference(apply_fn, params, tokenizer, requests: Sequence[tuple[str, str]], max_length: int,
+                             host_fn=None) -> list[tuple[float, bool]]:
+    """The naive path: each request alone, unpadded, log-probabilities summed in float64 on the host."""
+    out = []
+    for context, continuation in requests:
+        ctx, cont = encode_pair(tokenizer, context, continuation)
+        inputs, n = request_row(ctx, cont, max_length)
+        tokens = np.asarray([inputs], np.int32)
+        logits = np.asarray(apply_fn({"params": params}, tokens, **(host_fn(tokens) if host_fn else {})),
+                            np.float64)[0, -n:]
+        top = logits.max(-1, keepdims=True)
+        logp = logits - top - np.log(np.exp(logits - top).sum(-1, keepdims=True))
+        out.append((float(sum(logp[j, t] for j, t in enumerate(cont))),
+                    bool(all(np.argmax(logits[j]) == t for j, t in enumerate(cont)))))
+    return out
