@@ -6,9 +6,13 @@ Names:
   tfds:<name>                  an already-prepared TFDS dataset (array_record) in
                                <data_dir>/tfds or <data_dir>; field data.text_key.
   text:<glob>                  local UTF-8 text files (recursive ** allowed).
+  parquet:<glob> jsonl:<glob>  parquet or JSON-lines (.jsonl[.gz]) files, local or remote (gs://, via
+                               etils.epath), text field data.text_key, streamed
+                               (edge_jax.data.file_sources).
   a+b[+c...]                   train = the train documents of every part, in order;
                                other splits (and questions) come from the parts that have them,
-                               validation from the first part. Globs may not contain '+'.
+                               validation from the first part. Globs may not contain '+'
+                               (they may contain '*'; a trailing *K with K digits is a repeat).
                                A part written name*K has its training text K times (up-weighting
                                a small corpus such as facts); it still asks its questions once.
 
@@ -30,13 +34,15 @@ import re
 from typing import Callable, Iterator
 
 from edge_jax.data.errors import DataError
+from edge_jax.data.file_sources import FORMATS as FILE_FORMATS
+from edge_jax.data.file_sources import VALIDATION_PER_MILLE as TEXT_VALIDATION_PER_MILLE
+from edge_jax.data.file_sources import file_source
 
 BUILTIN = ("pystdlib", "facts", "longctx")
-VALID_NAMES = ("pystdlib, facts, longctx, tfds:<name>, text:<glob>, a+b (e.g. pystdlib+facts), "
-               "a+b*K (b's training text K times)")
+VALID_NAMES = ("pystdlib, facts, longctx, tfds:<name>, text:<glob>, parquet:<glob>, jsonl:<glob>, "
+               "a+b (e.g. pystdlib+facts), a+b*K (b's training text K times)")
 # Test-size switch: a positive value limits pystdlib to that many files (a separate config).
 PYSTDLIB_MAX_FILES_ENV = "EDGE_JAX_PYSTDLIB_MAX_FILES"
-TEXT_VALIDATION_PER_MILLE = 20
 
 
 def data_dir_default() -> str:
@@ -271,8 +277,10 @@ def resolve(name: str, data_dir: str = "", *, text_key: str = "text", facts_enti
     if "+" in name:
         parts = []
         for item in name.split("+"):
-            part, _, times = item.partition("*")
-            if times and not (times.isdigit() and int(times) > 0):
+            part, star, times = item.rpartition("*")
+            if not star or (":" in item and not times.isdigit()):  # no repeat; a glob's own * stays
+                part, times = item, ""
+            elif not (times.isdigit() and int(times) > 0):
                 raise DataError(f"bad repeat {item!r} in dataset '{name}'; write name*K with K a positive integer")
             source = resolve(part, data_dir, text_key=text_key, facts_entities=facts_entities,
                              longctx_length=longctx_length, longctx_examples=longctx_examples)
@@ -288,7 +296,12 @@ def resolve(name: str, data_dir: str = "", *, text_key: str = "text", facts_enti
         return _tfds(name[5:], data_dir, text_key)
     if name.startswith("text:") and name[5:]:
         return _text(name[5:])
-    close = difflib.get_close_matches(name, list(BUILTIN) + ["tfds:", "text:"], n=1, cutoff=0.5)
+    kind, _, pattern = name.partition(":")
+    if kind in FILE_FORMATS and pattern:
+        key, load = file_source(kind, pattern, text_key)
+        return Source(name, _safe(key), ("train", "validation"), load)
+    close = difflib.get_close_matches(name, list(BUILTIN) + ["tfds:", "text:", "parquet:", "jsonl:"], n=1,
+                                      cutoff=0.5)
     hint = f"did you mean '{close[0]}'? " if close else ""
     raise DataError(f"unknown dataset '{name}'; {hint}valid names: {VALID_NAMES}")
 

@@ -22,6 +22,8 @@ def add_arguments(p) -> None:
     p.add_argument("--max-length", type=int, default=0, help="longest input in tokens, contexts truncated from the "
                    "left (0 = the run's data.seq_len)")
     p.add_argument("--batch-size", type=int, default=16, help="rows per scoring batch")
+    p.add_argument("--no-truncate", action="store_true", help="refuse a request longer than --max-length instead "
+                   "of truncating its context from the left")
     p.add_argument("--fold", action="store_true", help="score MeKi's folded inference form (models/fold.py)")
 
 
@@ -45,7 +47,8 @@ def zero_shot_workdir(args) -> dict:
         params, cfg = fold_meki(params, model.cfg)
         model = DecoderLM(cfg)
     max_length = args.max_length or run.config.data.seq_len
-    scorer = make_scorer(model, params, run.tokenizer, max_length, args.batch_size, run.mesh)
+    scorer = make_scorer(model, params, run.tokenizer, max_length, args.batch_size, run.mesh,
+                         truncate=not args.no_truncate)
     out_dir = os.path.join(args.workdir, "eval_folded" if args.fold else "eval")
     summary = run_tasks(scorer, args.tasks, data_dir=args.data_dir,
                         builtin=BuiltinSource(run.config.data, run.tokenizer, max_length),

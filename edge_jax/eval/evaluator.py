@@ -90,14 +90,14 @@ def check_data(ctx: RunContext):
 
 
 def make_scorer(model, params, tokenizer, max_length: int, batch_size: int = 16, mesh=None,
-                progress: bool = True) -> Scorer:
+                progress: bool = True, truncate: bool = True) -> Scorer:
     """A :class:`Scorer` for ``model`` (host inputs such as Engram's n-gram ids included); the batch
     size is rounded up to a multiple of the mesh's data x fsdp devices."""
     if mesh is not None:
         ways = mesh.shape["data"] * mesh.shape["fsdp"]
         batch_size = -(-batch_size // ways) * ways
     return Scorer(model.apply, params, tokenizer, max_length, batch_size,
-                  host_fn=functools.partial(host_inputs, model.cfg), mesh=mesh, progress=progress)
+                  host_fn=functools.partial(host_inputs, model.cfg), mesh=mesh, truncate=truncate, progress=progress)
 
 
 def zero_shot(ctx: EvalContext) -> dict:

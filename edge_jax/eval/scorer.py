@@ -112,12 +112,15 @@ class Scorer:
 
     def __call__(self, requests: Sequence[tuple[str, str]]) -> list[tuple[float, bool]]:
         """(summed log-likelihood, is_greedy) per request, in the order given."""
-        rows = self.rows(requests)
+        return self.score_rows(self.rows(requests))
+
+    def score_rows(self, rows: Sequence[tuple[list[int], list[int], int]]) -> list[tuple[float, bool]]:
+        """:meth:`__call__` on rows already made by :meth:`rows`."""
         order = sorted(range(len(rows)), key=lambda i: -len(rows[i][0]))
         results: list[tuple[float, bool] | None] = [None] * len(rows)
         pad = self.tokenizer.pad_id
         batches = [order[s:s + self.batch_size] for s in range(0, len(order), self.batch_size)]
-        for idx in _progress(batches, self.progress, len(requests)):
+        for idx in _progress(batches, self.progress, len(rows)):
             T = bucket(len(rows[idx[0]][0]), self.max_length)
             tokens = np.full((self.batch_size, T), pad, np.int32)
             targets = np.zeros((self.batch_size, T), np.int32)

@@ -1,4 +1,5 @@
-"""Score tasks with a :class:`~edge_jax.eval.scorer.Scorer`, aggregate as lm-eval does, write
+"""Score tasks with a :class:`~edge_jax.eval.scorer.Scorer` (or anything with its ``rows`` and
+``score_rows``), aggregate as lm-eval does, write
 ``<out_dir>/<task>.json`` atomically, and print a table with the average and chance.
 
 Metrics per task (``stderr``: sample standard deviation / sqrt(n), lm-eval's ``mean_stderr``):
@@ -67,11 +68,12 @@ def task_examples(task: Task, source, num_fewshot: int = 0, limit: int = 0,
     return build_examples(task, docs, shots, num_fewshot, seed)
 
 
-def score_examples(scorer, task: Task, examples: Sequence[Example]) -> tuple[dict, list]:
-    """``(metrics, per-document (example, [(loglikelihood, is_greedy), ...]))`` of one task's examples."""
+def score_examples(scorer, task: Task, examples: Sequence[Example], rows=None) -> tuple[dict, list]:
+    """``(metrics, per-document (example, [(loglikelihood, is_greedy), ...]))`` of one task's examples;
+    ``rows``: their requests already tokenised by ``scorer.rows``."""
     flat = [r for ex in examples for r in ex.requests]
     start = time.perf_counter()
-    scored = scorer(flat)
+    scored = scorer.score_rows(rows if rows is not None else scorer.rows(flat))
     seconds = time.perf_counter() - start
     results, i = [], 0
     for ex in examples:
@@ -106,9 +108,11 @@ def run_tasks(scorer, names, *, data_dir: str = "", builtin: BuiltinSource | Non
     tasks = [TASKS.get(n) for n in expand(names)]
     # every task's documents (and few-shot pool) are read up front: fail fast, write nothing half
     examples = {t.name: task_examples(t, source_for(t, data_dir, builtin), num_fewshot, limit) for t in tasks}
+    # ... and tokenised (a request that cannot fit fails here too)
+    tokens = {t.name: scorer.rows([r for ex in examples[t.name] for r in ex.requests]) for t in tasks}
     rows, summary = [], {}
     for t in tasks:
-        metrics, _ = score_examples(scorer, t, examples[t.name])
+        metrics, _ = score_examples(scorer, t, examples[t.name], tokens[t.name])
         record = {"task": t.name, "version": t.version, "description": t.description, "split": t.eval_split,
                   "num_fewshot": num_fewshot, "fewshot_seed": FEWSHOT_SEED, "limit": limit,
                   "max_length": scorer.max_length, "result_format": RESULT_FORMAT, **(info or {}), **metrics}

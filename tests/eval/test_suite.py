@@ -139,8 +139,11 @@ class FakeScorer:
     """Log-likelihood = minus the continuation's length: prefers the shortest choice."""
     max_length = 64
 
-    def __call__(self, requests):
-        return [(-float(len(cont)), len(cont) < 5) for _, cont in requests]
+    def rows(self, requests):
+        return [cont for _, cont in requests]
+
+    def score_rows(self, rows):
+        return [(-float(len(cont)), len(cont) < 5) for cont in rows]
 
 
 def test_run_tasks_writes_one_json_per_task_and_averages(tmp_path, capsys):
