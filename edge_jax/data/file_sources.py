@@ -77,19 +77,26 @@ def _parquet_texts(path, rel: str, key: str) -> Iterator[str]:
                 row += 1
 
 
+def jsonl_records(lines, where: str) -> Iterator[tuple[int, dict]]:
+    """``(line number, object)`` for every non-blank line of a JSON-lines text stream; a one-line
+    DataError naming ``where`` and the line for one that is not a JSON object."""
+    for i, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError as e:
+            raise DataError(f"{where} line {i} is not JSON ({e.msg}); each line must be one JSON object") from None
+        if not isinstance(record, dict):
+            raise DataError(f"{where} line {i} is a JSON {type(record).__name__}, not an object; each line "
+                            "must be one JSON object")
+        yield i, record
+
+
 def _jsonl_texts(path, rel: str, key: str) -> Iterator[str]:
     with path.open("rb") as raw:
         stream = gzip.GzipFile(fileobj=raw) if str(path).endswith(".gz") else raw
-        for i, line in enumerate(io.TextIOWrapper(stream, encoding="utf-8", errors="replace"), 1):
-            if not line.strip():
-                continue
-            try:
-                record = json.loads(line)
-            except json.JSONDecodeError as e:
-                raise DataError(f"{rel} line {i} is not JSON ({e.msg}); each line must be one JSON object") from None
-            if not isinstance(record, dict):
-                raise DataError(f"{rel} line {i} is a JSON {type(record).__name__}, not an object; each line "
-                                "must be one JSON object")
+        for i, record in jsonl_records(io.TextIOWrapper(stream, encoding="utf-8", errors="replace"), rel):
             if key not in record:
                 raise DataError(f"{rel} line {i} has no field '{key}' (it has {', '.join(sorted(record))}); "
                                 "set data.text_key")

@@ -4,15 +4,16 @@
 ``<split>.parquet``, or Hugging Face's shards ``<split>-00000-of-0000N.parquet``; the records keep
 the published field names (docs/eval.md has the table). Nothing is downloaded: a missing
 directory or split, or a record without a field the task reads, is a one-line :class:`TaskError`
-naming the path, the files expected or the missing field.
+naming the path, the files expected or the missing field (a line that is not a JSON object is the
+data layer's one-line :class:`~edge_jax.data.DataError`).
 """
 from __future__ import annotations
 
 import glob
 import gzip
-import json
 import os
 
+from edge_jax.data.file_sources import jsonl_records
 from edge_jax.eval.tasks import TaskError
 
 
@@ -31,20 +32,8 @@ def _read(path: str) -> list[dict]:
         import pyarrow.parquet as pq
         return pq.read_table(path).to_pylist()
     opener = gzip.open if path.endswith(".gz") else open
-    out = []
     with opener(path, "rt", encoding="utf-8") as f:
-        for i, line in enumerate(f, 1):
-            if not line.strip():
-                continue
-            try:
-                record = json.loads(line)
-            except json.JSONDecodeError as e:
-                raise TaskError(f"{path} line {i} is not JSON ({e.msg}); each line must be one JSON object") from None
-            if not isinstance(record, dict):
-                raise TaskError(f"{path} line {i} is a JSON {type(record).__name__}, not an object; "
-                                "each line must be one JSON object")
-            out.append(record)
-    return out
+        return [record for _, record in jsonl_records(f, path)]
 
 
 def _missing(record: dict, field: str) -> bool:

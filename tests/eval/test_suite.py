@@ -7,6 +7,7 @@ import os
 import numpy as np
 import pytest
 
+from edge_jax.data import DataError
 from edge_jax.eval import benchmarks  # noqa: F401  (registers the ten tasks)
 from edge_jax.eval.files import read_split
 from edge_jax.eval.suite import aggregate, run_tasks, task_examples
@@ -120,7 +121,7 @@ def test_task_file_errors_are_one_line(tmp_path):
         read_split(str(tmp_path), "boolq", "validation", ("passage", "question", "label"))
     with open(tmp_path / "boolq" / "validation.jsonl", "w") as f:
         f.write('{"passage": "p"}\n[1, 2]\n')
-    with pytest.raises(TaskError, match="line 2 is a JSON list, not an object"):
+    with pytest.raises(DataError, match="line 2 is a JSON list, not an object"):
         read_split(str(tmp_path), "boolq", "validation", ("passage",))
     with pytest.raises(TaskError, match="no 'train' split"):
         read_split(str(tmp_path), "boolq", "train", ("passage",))
