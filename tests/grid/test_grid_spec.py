@@ -135,3 +135,14 @@ def test_plm_ablations_load_and_their_cells_validate(name):
     assert grid.post
     for cell in grid.cells:
         load_config(grid.base, grid.overrides(cell, 0))
+
+
+def test_zero_shot_sets_the_eval_key_and_adds_the_column():
+    g = spec.validate_grid(grid_with(zero_shot="builtin"), preset="tiny")
+    assert g.base_overrides["eval.zero_shot"] == "builtin" and g.extra_metrics == ("val_ppl", "zero_shot_avg")
+    assert g.overrides("a", 0)["eval.zero_shot"] == "builtin"
+    ranked = spec.validate_grid(grid_with(zero_shot="meki10", metric="zero_shot_avg"), preset="tiny")
+    assert ranked.extra_metrics == ("val_ppl",)
+    assert "'zero_shot' must be a string" in error_of(grid_with(zero_shot=["builtin"]))
+    both = grid_with(zero_shot="builtin", base_overrides={"eval.zero_shot": "meki10"})
+    assert "sets both 'zero_shot' and base_overrides['eval.zero_shot']" in error_of(both)
