@@ -43,8 +43,11 @@ def zero_shot_workdir(args) -> dict:
     model, params = run.model, state.params
     if args.fold:
         from edge_jax.models import DecoderLM
-        from edge_jax.models.fold import fold_meki
-        params, cfg = fold_meki(params, model.cfg)
+        from edge_jax.models.fold import FoldError, fold_meki
+        try:
+            params, cfg = fold_meki(params, model.cfg)
+        except FoldError as e:
+            raise TaskError(f"--fold: {e}") from None
         model = DecoderLM(cfg)
     max_length = args.max_length or run.config.data.seq_len
     scorer = make_scorer(model, params, run.tokenizer, max_length, args.batch_size, run.mesh,

@@ -47,6 +47,7 @@ def test_cli_errors_are_one_line_and_write_nothing(workdir, capsys, tmp_path):
         (["--tasks", "longctx_mc", "--num-fewshot", "1"], "longctx_mc has no split to draw few-shot"),
         (["--tasks", "facts_mc", "--num-fewshot", "-1"], "--num-fewshot=-1 must be >= 0"),
         (["--tasks", "code_cloze", "--no-truncate"], "is longer than the model's 128 and truncation is off"),
+        (["--tasks", "facts_mc", "--fold"], "--fold: model.memory='none' has no MeKi memory to fold"),
     ]
     before = sorted(os.listdir(os.path.join(wd, "eval")))
     for args, message in cases:
