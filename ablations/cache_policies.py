@@ -1,6 +1,6 @@
 """Two-tier expert cache: stall against VRAM capacity for every policy, on real and synthetic traces.
 
-    edge-jax grid ablations/cache_policies.py --seeds 2
+    edge-jax grid ablations/cache_policies.py --seeds 3
 
 Cells: trace (real, synthetic) x VRAM 10-50% of all experts' bytes (RAM fixed at 60%) x policy (FIFO, LRU,
 LFU, EWMA-only, ScoutGate-only, the fused watermark policy, Belady's bound). report.md pivots them into

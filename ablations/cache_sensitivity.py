@@ -3,7 +3,7 @@ hysteresis, one at a time around the defaults, on the real trace at 20% VRAM; ``
 layer no compute time to prefetch in (profile.compute_ms=0), so the policy fetches on demand only, like
 Belady's bound.
 
-    edge-jax grid ablations/cache_sensitivity.py --seeds 2
+    edge-jax grid ablations/cache_sensitivity.py --seeds 3
 """
 from edge_jax.papers.expert_cache.grid import (
     BASE,

@@ -1,6 +1,6 @@
 """EdgeInfinite Table 1: EdgeInfinite vs FullKV, StreamingLLM, SnapKV and PyramidKV.
 
-    edge-jax grid ablations/edgeinfinite_main.py --preset tiny --seeds 2
+    edge-jax grid ablations/edgeinfinite_main.py --preset tiny --seeds 3
 
 Cells are evaluation only; the base LM and the gate are the grid's stages (trained once and shared
 with edgeinfinite_tokens). The table ranks cells by the gold answer's NLL with exact match beside it;

@@ -1,6 +1,6 @@
 """EdgeInfinite Table 2: without window tokens, without sink tokens, without both.
 
-    edge-jax grid ablations/edgeinfinite_tokens.py --preset tiny --seeds 2
+    edge-jax grid ablations/edgeinfinite_tokens.py --preset tiny --seeds 3
 
 One trained gate per seed (the shared stage); the cells switch the tokens off at inference only
 (model.infini_keep_window / infini_keep_sink). "full" is the edgeinfinite cell of edgeinfinite_main.

@@ -1,6 +1,6 @@
 """MeKi Fig. 6: validation loss against memory size (d_mem), with a log-linear fit.
 
-    edge-jax grid ablations/meki_dmem_scaling.py --preset tiny --seeds 2
+    edge-jax grid ablations/meki_dmem_scaling.py --preset tiny --seeds 3
 
 The paper varies d_mem over 64, 96, 128, 160, 192 at 0.6B (0.5x to 1.5x its chosen 128); the
 tiny preset takes the two ends and the middle of that range (0.5x, 1x, 1.5x of its d_mem 64), three

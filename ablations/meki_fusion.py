@@ -1,6 +1,6 @@
 """MeKi Fig. 5: how the expert vector and the gate are fused (eq. 17 variants).
 
-    edge-jax grid ablations/meki_fusion.py --preset tiny --seeds 2
+    edge-jax grid ablations/meki_fusion.py --preset tiny --seeds 3
 """
 from edge_jax.papers.meki.grid import MEKI, meki_grid
 

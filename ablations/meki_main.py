@@ -1,6 +1,6 @@
 """MeKi Table 1: dense baseline vs MeKi at two scales.
 
-    edge-jax grid ablations/meki_main.py --preset tiny --seeds 2
+    edge-jax grid ablations/meki_main.py --preset tiny --seeds 3
 
 Tiny: d_model 128 and 192 (d_mem 64 and 96). Paper: Qwen3-0.6B, -1.7B and -4B shapes, d_mem 128, 256
 and 512 (the 4B cells only at the paper preset).

@@ -1,6 +1,6 @@
 """MeKi Table 3: static-only vs dynamic-only vs both memories (eqs. 15, 16, 3).
 
-    edge-jax grid ablations/meki_memory_type.py --preset tiny --seeds 2
+    edge-jax grid ablations/meki_memory_type.py --preset tiny --seeds 3
 """
 from edge_jax.papers.meki.grid import BASELINE, MEKI, ZERO_SHOT, meki_grid
 

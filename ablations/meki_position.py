@@ -1,6 +1,6 @@
 """MeKi Table 4 / Fig. 4: where the branch joins the layer.
 
-    edge-jax grid ablations/meki_position.py --preset tiny --seeds 2
+    edge-jax grid ablations/meki_position.py --preset tiny --seeds 3
 
 parallel_ffn (eq. 8) and parallel_attn share the FFN's / attention's pre-norm; after_attn and
 after_ffn are sequential residual sub-blocks with their own pre-norm (see models/decoder.py).

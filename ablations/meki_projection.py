@@ -1,6 +1,6 @@
 """MeKi §5.6: the dynamic projection G as SwiGLU (hidden d_model/2) vs one linear map.
 
-    edge-jax grid ablations/meki_projection.py --preset tiny --seeds 2
+    edge-jax grid ablations/meki_projection.py --preset tiny --seeds 3
 
 Both fold into the same table, so inference cost is identical; only training FLOPs differ.
 """

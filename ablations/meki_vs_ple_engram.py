@@ -1,6 +1,6 @@
 """MeKi Table 2: PLE vs Engram vs MeKi at a similar ROM size (0.6B scale).
 
-    edge-jax grid ablations/meki_vs_ple_engram.py --preset tiny --seeds 2
+    edge-jax grid ablations/meki_vs_ple_engram.py --preset tiny --seeds 3
 
 PLE uses d_ple = d_mem (ROM L*|V|*d_mem, as MeKi); Engram's tables are sized to a similar ROM
 (configs/meki.py, layers/engram.py). The baseline row is Table 1's.

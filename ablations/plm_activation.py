@@ -1,6 +1,6 @@
 """PLM §7.2 / Table 14 / Fig. 11: ReLU² vs SwiGLU vs ReLU vs GELU, activation sparsity rate.
 
-    edge-jax grid ablations/plm_activation.py --preset tiny --seeds 2
+    edge-jax grid ablations/plm_activation.py --preset tiny --seeds 3
 
 Each cell trains PLM with another FFN (at matched parameters), then Algorithm 1 finds the largest
 fraction of FFN activations that can be zeroed (smallest |a| first) for a perplexity increase of at

@@ -1,6 +1,6 @@
 """PLM Table 5 / Tables 15-16: architecture search over layers x width x KV rank.
 
-    edge-jax grid ablations/plm_arch_search.py --preset tiny --seeds 2
+    edge-jax grid ablations/plm_arch_search.py --preset tiny --seeds 3
 
 Tiny cells trade depth for width near PLM-tiny's non-embedding size (d_ff = 4 d, 32-wide heads,
 d_c = d/4 unless the cell varies it; not parameter-matched). The paper preset is Table 15's seven

@@ -1,6 +1,6 @@
 """PLM §7.1 / Fig. 9 / Table 13 / App. D: MLA vs GQA vs MHA at matched parameters.
 
-    edge-jax grid ablations/plm_attention.py --preset tiny --seeds 2
+    edge-jax grid ablations/plm_attention.py --preset tiny --seeds 3
 
 The table compares validation loss; the post hook measures, on each trained cell, the KV-cache
 bytes per token from the real cache arrays and greedy decode tokens/s at several context lengths

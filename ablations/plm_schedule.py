@@ -1,6 +1,6 @@
 """Learning-rate schedule on PLM: cosine vs WSD vs WSDC (PLM §4.2, Table 23).
 
-    edge-jax grid ablations/plm_schedule.py --preset tiny --seeds 2
+    edge-jax grid ablations/plm_schedule.py --preset tiny --seeds 3
 
 PLM pre-trains with WSDC: linear warm-up over 1% of the steps to a peak of 3e-4, stable at the
 peak, decay to 3e-5, then a constant tail. Its three pre-training phases use 1.65T, 550B and 280B

@@ -4,7 +4,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 preset=${1:-tiny}
-seeds=${2:-2}
+seeds=${2:-3}
 bash scripts/setup.sh
 status=0
 for ablation in ablations/*.py; do

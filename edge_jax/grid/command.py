@@ -1,6 +1,6 @@
 """`edge-jax grid`: run an ablation grid, then write its table and plot.
 
-    edge-jax grid ablations/NAME.py --preset tiny --seeds 2
+    edge-jax grid ablations/NAME.py --preset tiny --seeds 3
     edge-jax grid ablations/NAME.py --list            # K, cell, seed, status
     edge-jax grid ablations/NAME.py --cell 3          # one unit (job arrays)
     edge-jax grid ablations/NAME.py --tables-only     # rebuild from records
@@ -24,8 +24,8 @@ from edge_jax.grid import plots, runner, spec, tables
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("ablation", help="ablation file, e.g. ablations/NAME.py")
     parser.add_argument("--preset", default="tiny", help="grid preset (default: tiny)")
-    parser.add_argument("--seeds", type=int, default=2, metavar="N",
-                        help="run seeds 0..N-1 (default: 2)")
+    parser.add_argument("--seeds", type=int, default=3, metavar="N",
+                        help="run seeds 0..N-1 (default: 3, the fewest the paired test in the tables can use)")
     parser.add_argument("--out", default=None, metavar="DIR",
                         help="output dir (default: results/<name>; "
                              "results/<name>-<preset> for presets other than tiny)")
@@ -34,6 +34,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="extra config override for every cell (repeatable)")
     parser.add_argument("--no-reuse", action="store_true",
                         help="train every cell even if a sibling grid holds a run with the same config")
+    parser.add_argument("--allow-dirty", action="store_true",
+                        help="write records from a working tree with uncommitted changes (they keep the sha256 "
+                             "of `git diff HEAD` and the table is marked); refused by default")
     mode = parser.add_mutually_exclusive_group()
     mode.add_argument("--list", action="store_true",
                       help="print the cell x seed units with their index K and exit")
@@ -108,7 +111,8 @@ def run(args: argparse.Namespace, *, train_fn: runner.TrainFn | None = None,
         try:
             summary = runner.run_grid(grid, out, units, extra_overrides=extra,
                                       train_fn=train_fn, load_config=load_config, log=log,
-                                      reuse=not getattr(args, "no_reuse", False))
+                                      reuse=not getattr(args, "no_reuse", False),
+                                      allow_dirty=getattr(args, "allow_dirty", False))
         except runner.GridRunError as e:
             return error(str(e))
         failed = len(summary.failed)

@@ -9,7 +9,12 @@ A record exists only for a finished cell x seed, so a rerun after a crash or kil
 skips the finished ones and resumes the others from their workdirs. A cell whose full
 config (seed included) equals that of a record in a sibling grid's output (the same
 baseline in several tables of one paper, say) reuses that run: its record is copied with
-``reused_from`` naming the source, and nothing is trained twice. The training
+``reused_from`` naming the source, and nothing is trained twice.
+
+Every record names the commit it was made at and the command that made it. A working tree with
+uncommitted changes is refused (before the first unit, and again before each record is written, since
+a long grid may outlive an edit) unless ``allow_dirty``; such records keep the sha256 of ``git diff
+HEAD`` and their tables say so. A clean grid never reuses a dirty record. The training
 function and the config loader are injectable (tests pass fakes); by default they
 are the runner that :data:`edge_jax.registry.RUNNERS` holds for the config's task
 (``lm``: edge_jax.train.loop.train_and_evaluate) and edge_jax.config.load_config.
@@ -28,7 +33,7 @@ from typing import Any, Callable, Iterable
 
 from edge_jax.grid.spec import Grid
 from edge_jax.utils.atomic import write_json_atomic, write_text_atomic
-from edge_jax.utils.provenance import device_info, git_info, versions
+from edge_jax.utils.provenance import command_line, device_info, git_info, versions
 
 RECORD_VERSION = 1
 TrainFn = Callable[[Any, str], dict]
@@ -96,12 +101,17 @@ def run_grid(grid: Grid, out: str | Path, units: Iterable[Unit], *,
              extra_overrides: dict[str, Any] | None = None,
              train_fn: TrainFn | None = None,
              load_config: LoadConfigFn | None = None,
-             log: Callable[[str], None] = print, reuse: bool = True) -> RunSummary:
+             log: Callable[[str], None] = print, reuse: bool = True, allow_dirty: bool = False,
+             command: str | None = None) -> RunSummary:
     """Run every unit that has no record yet; a failing unit is logged and left out.
-    With ``reuse``, records in the sibling directories of ``out`` may stand in for runs."""
+    With ``reuse``, records in the sibling directories of ``out`` may stand in for runs.
+    ``command`` is stored in each record (default: this process's command line)."""
     out = Path(out)
     donors = sibling_outputs(out) if reuse else []
     check_out_dir(grid, out)
+    if check_provenance(grid, allow_dirty).get("commit") is None:
+        log(f"warning: {grid.path} is not in a git repository; its records will name no commit")
+    command = command or command_line()
     train_fn = train_fn or _default_train_fn
     load_config = load_config or default_load_config
     units = list(units)
@@ -114,8 +124,9 @@ def run_grid(grid: Grid, out: str | Path, units: Iterable[Unit], *,
             continue
         log(f"{tag}: running in {workdir(out, unit)}")
         try:
-            record = run_unit(grid, unit, out, extra_overrides=extra_overrides,
-                              train_fn=train_fn, load_config=load_config, reuse_from=donors)
+            record = run_unit(grid, unit, out, extra_overrides=extra_overrides, train_fn=train_fn,
+                              load_config=load_config, reuse_from=donors, allow_dirty=allow_dirty,
+                              command=command)
         except Exception as e:  # noqa: BLE001 - one cell failing must not stop the grid
             msg = _one_line(e)
             log_file = workdir(out, unit) / "error.log"
@@ -141,7 +152,8 @@ def run_unit(grid: Grid, unit: Unit, out: str | Path, *,
              extra_overrides: dict[str, Any] | None = None,
              train_fn: TrainFn = _default_train_fn,
              load_config: LoadConfigFn = default_load_config,
-             reuse_from: Iterable[Path] = ()) -> dict:
+             reuse_from: Iterable[Path] = (), allow_dirty: bool = False,
+             command: str | None = None) -> dict:
     """Train one cell x seed in its workdir (or reuse an identical run) and write its record."""
     t0 = time.time()
     started_at = _now()
@@ -150,8 +162,9 @@ def run_unit(grid: Grid, unit: Unit, out: str | Path, *,
         from edge_jax.grid.stages import resolve
         overrides = resolve(overrides, grid.stages, unit.seed, Path(out).resolve().parent, train_fn, load_config)
     config = load_config(grid.base, overrides)
-    donor = find_identical_run(reuse_from, _config_dict(config), grid.metric)
+    donor = find_identical_run(reuse_from, _config_dict(config), grid.metric, clean_only=not allow_dirty)
     if donor is not None:
+        check_provenance(grid, allow_dirty)
         record = dict(donor[1], grid=grid.name, title=grid.title, ablation_file=grid.path, preset=grid.preset,
                       cell=unit.cell, base=grid.base, overrides=_jsonable(overrides), reused_from=str(donor[0]))
         write_json_atomic(record_path(out, unit), record)
@@ -165,6 +178,7 @@ def run_unit(grid: Grid, unit: Unit, out: str | Path, *,
     if grid.metric not in metrics:
         raise KeyError(f"result has no {grid.metric!r}; keys: {', '.join(sorted(metrics))}")
     curves = read_curves(wd / "metrics.jsonl")
+    git = check_provenance(grid, allow_dirty)   # the tree may have changed while this unit trained
     record = {
         "record_version": RECORD_VERSION,
         "grid": grid.name,
@@ -176,7 +190,9 @@ def run_unit(grid: Grid, unit: Unit, out: str | Path, *,
         "base": grid.base,
         "overrides": _jsonable(overrides),
         "config": _config_dict(config),
-        "git": git_info(Path(grid.path).resolve().parent),
+        "git": git,
+        "command": command or command_line(),
+        "cwd": str(Path.cwd()),
         "metrics": metrics,
         "curve": curves["val_loss"],
         "train_curve": curves["train_loss"],
@@ -197,6 +213,17 @@ def run_unit(grid: Grid, unit: Unit, out: str | Path, *,
 REUSE_IGNORED = ("data.data_dir", "train.ckpt_every", "train.keep_ckpts", "train.log_every")
 
 
+def check_provenance(grid: Grid, allow_dirty: bool) -> dict:
+    """The git info of the ablation file's working tree; refused when it has uncommitted changes,
+    unless ``allow_dirty``."""
+    where = Path(grid.path).resolve().parent
+    info = git_info(where)
+    if info.get("dirty") and not allow_dirty:
+        raise GridRunError(f"the working tree of {where} has uncommitted changes, so records could not be "
+                           "tied to a commit; commit them (or run from a clean worktree) or pass --allow-dirty")
+    return info
+
+
 def sibling_outputs(out: Path) -> list[Path]:
     """Other grid output directories beside ``out`` (results/<grid>)."""
     parent = out.resolve().parent
@@ -205,8 +232,10 @@ def sibling_outputs(out: Path) -> list[Path]:
     return sorted(d for d in parent.iterdir() if d.is_dir() and d != out.resolve() and (d / "records").is_dir())
 
 
-def find_identical_run(dirs: Iterable[Path], config: dict, metric: str) -> tuple[Path, dict] | None:
-    """``(path, record)`` of a finished, not itself reused, run with the same config, or None."""
+def find_identical_run(dirs: Iterable[Path], config: dict, metric: str,
+                       clean_only: bool = False) -> tuple[Path, dict] | None:
+    """``(path, record)`` of a finished, not itself reused, run with the same config, or None;
+    ``clean_only`` passes over records made from a dirty working tree."""
     from edge_jax.config import flatten
     want = {k: v for k, v in flatten(config).items() if k not in REUSE_IGNORED}
     for d in dirs:
@@ -216,6 +245,8 @@ def find_identical_run(dirs: Iterable[Path], config: dict, metric: str) -> tuple
             except (OSError, ValueError):
                 continue
             if not isinstance(rec, dict) or rec.get("reused_from") or metric not in rec.get("metrics", {}):
+                continue
+            if clean_only and (rec.get("git") or {}).get("dirty"):
                 continue
             have = {k: v for k, v in flatten(rec.get("config", {})).items() if k not in REUSE_IGNORED}
             if have == want:

@@ -103,11 +103,11 @@ def test_list_prints_index_cell_seed_status(ablation, tmp_path):
 
 def test_cell_runs_one_unit_and_rejects_out_of_range(ablation, tmp_path, capsys):
     out, train = tmp_path / "out", FakeTrain()
-    rc, _ = cli([ablation, "--out", out, "--cell", 4], train)
+    rc, _ = cli([ablation, "--out", out, "--cell", 4, "--seeds", 2], train)
     assert rc == 0 and train.calls == [("wsd", 1)]
     assert [p.name for p in (out / "records").iterdir()] == ["wsd__seed1.json"]
     rc, _ = cli([ablation, "--out", out, "--list"])
-    rc, _ = cli([ablation, "--out", out, "--cell", 6], train)
+    rc, _ = cli([ablation, "--out", out, "--cell", 6, "--seeds", 2], train)
     assert rc == 2
     err = capsys.readouterr().err.strip()
     assert err == "error: --cell 6 out of range; valid: 0..5 (3 cells x 2 seeds)"
@@ -138,6 +138,7 @@ def test_record_has_required_fields(ablation, tmp_path):
     assert rec["overrides"] == {"train.steps": 20, "train.schedule": "wsdc", "seed": 0}
     assert rec["config"]["train"] == {"steps": 20, "schedule": "wsdc"}
     assert rec["git"] == {"commit": None, "dirty": None} or set(rec["git"]) == {"commit", "dirty"}
+    assert rec["command"] and rec["cwd"]
     assert rec["metrics"]["val_loss"] == pytest.approx(2.8)     # numpy scalar made JSON
     assert rec["curve"] == [[0, pytest.approx(3.0)], [10, pytest.approx(2.9)],
                             [20, pytest.approx(2.8)]]
@@ -218,7 +219,7 @@ def test_tables_only_rebuilds_from_records_without_training(ablation, tmp_path):
 
     def no_training(*a):
         raise AssertionError("--tables-only must not train")
-    rc, _ = cli([ablation, "--out", out, "--tables-only"], no_training, no_training)
+    rc, _ = cli([ablation, "--out", out, "--tables-only", "--seeds", 2], no_training, no_training)
     assert rc == 0
     md = (out / "table.md").read_text()
     assert "Missing records: cosine (seed 1)." in md
@@ -290,3 +291,78 @@ def test_identical_cells_of_sibling_grids_are_reused_not_retrained(ablation, tmp
     train = FakeTrain()
     cli([other, "--out", tmp_path / "results" / "toy_c", "--seeds", 1, "--no-reuse"], train)
     assert len(train.calls) == 3
+
+
+GIT = ["git", "-c", "user.email=t@t", "-c", "user.name=t"]
+
+
+@pytest.fixture
+def repo_ablation(tmp_path):
+    """The toy ablation file committed in a fresh git repository."""
+    import subprocess
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    try:
+        subprocess.run(GIT + ["init", "-q"], cwd=repo, check=True)
+    except (OSError, subprocess.CalledProcessError):
+        pytest.skip("git not available")
+    path = repo / "toy.py"
+    path.write_text(textwrap.dedent(ABLATION))
+    subprocess.run(GIT + ["add", "toy.py"], cwd=repo, check=True)
+    subprocess.run(GIT + ["commit", "-qm", "toy"], cwd=repo, check=True)
+    return path
+
+
+def test_clean_tree_records_name_the_commit_and_the_command(repo_ablation, tmp_path):
+    import subprocess
+    out = tmp_path / "out"
+    rc, logs = cli([repo_ablation, "--out", out, "--seeds", 1], FakeTrain())
+    assert rc == 0 and not any("not in a git repository" in line for line in logs)
+    rec = json.loads((out / "records" / "wsd__seed0.json").read_text())
+    head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=repo_ablation.parent, capture_output=True, text=True)
+    assert rec["git"] == {"commit": head.stdout.strip(), "dirty": False}
+    assert isinstance(rec["command"], str) and rec["command"]
+
+
+def test_dirty_tree_is_refused_unless_allow_dirty(repo_ablation, tmp_path, capsys):
+    out = tmp_path / "out"
+    repo_ablation.write_text(repo_ablation.read_text() + "\n# an edit\n")
+    train = FakeTrain()
+    rc, _ = cli([repo_ablation, "--out", out, "--seeds", 1], train)
+    err = capsys.readouterr().err.strip()
+    assert rc == 2 and train.calls == [] and not (out / "records").exists()
+    assert err.startswith("error: the working tree of ") and "--allow-dirty" in err and "\n" not in err
+    rc, _ = cli([repo_ablation, "--out", out, "--seeds", 1, "--allow-dirty"], train)
+    rec = json.loads((out / "records" / "wsd__seed0.json").read_text())
+    assert rc == 0 and rec["git"]["dirty"] is True
+    assert len(rec["git"]["diff_sha256"]) == 64 and int(rec["git"]["diff_sha256"], 16) >= 0
+
+
+def test_tree_dirtied_during_a_unit_fails_that_unit_and_keeps_its_workdir(repo_ablation, tmp_path):
+    out = tmp_path / "out"
+
+    class EditingTrain(FakeTrain):
+        def __call__(self, config, workdir):
+            result = super().__call__(config, workdir)
+            if config.train.schedule == "wsd":
+                repo_ablation.write_text(repo_ablation.read_text() + "\n# edited mid-run\n")
+            return result
+
+    rc, logs = cli([repo_ablation, "--out", out, "--seeds", 1], EditingTrain())
+    assert rc == 1
+    assert sorted(p.name for p in (out / "records").iterdir()) == ["cosine__seed0.json"]
+    assert any(line.startswith("FAILED wsd seed 0: GridRunError: the working tree") for line in logs)
+    assert (out / "runs" / "wsd" / "seed0" / "metrics.jsonl").exists()
+
+
+def test_records_from_a_dirty_tree_are_not_reused_by_a_clean_grid(repo_ablation, tmp_path):
+    import subprocess
+    first = tmp_path / "results" / "toy_a"
+    original = repo_ablation.read_text()
+    repo_ablation.write_text(original + "\n# dirty\n")
+    cli([repo_ablation, "--out", first, "--seeds", 1, "--allow-dirty"], FakeTrain())
+    repo_ablation.write_text(original.replace('"name": "toy"', '"name": "toy_b"'))
+    subprocess.run(GIT + ["commit", "-qam", "toy_b"], cwd=repo_ablation.parent, check=True)
+    train = FakeTrain()
+    rc, _ = cli([repo_ablation, "--out", tmp_path / "results" / "toy_b", "--seeds", 1], train)
+    assert rc == 0 and len(train.calls) == 3

@@ -3,7 +3,7 @@ import subprocess
 
 import pytest
 
-from edge_jax.utils.provenance import device_info, git_info, versions
+from edge_jax.utils.provenance import command_line, device_info, git_info, versions
 
 
 def test_git_info(tmp_path):
@@ -20,7 +20,17 @@ def test_git_info(tmp_path):
     info = git_info(tmp_path)
     assert len(info["commit"]) == 40 and info["dirty"] is False
     (tmp_path / "f.txt").write_text("b")
-    assert git_info(tmp_path)["dirty"] is True
+    dirty = git_info(tmp_path)
+    assert dirty["dirty"] is True and len(dirty["diff_sha256"]) == 64
+    (tmp_path / "f.txt").write_text("c")
+    assert git_info(tmp_path)["diff_sha256"] != dirty["diff_sha256"]
+
+
+def test_command_line():
+    assert command_line(["/venv/bin/edge-jax", "grid", "a b.py", "--seeds", "3"]) == \
+        "edge-jax grid 'a b.py' --seeds 3"
+    assert command_line(["/repo/edge_jax/cli.py", "grid", "x.py"]) == "edge-jax grid x.py"
+    assert command_line(["/usr/bin/python", "-c", "pass"]) == "/usr/bin/python -c pass"
 
 
 def test_device_info_and_versions():
