@@ -28,7 +28,11 @@ def add_sparsity_parser(analyses):
     p.add_argument("--batches", type=int, default=4, help="validation batches to measure perplexity on")
     p.add_argument("--ratios", default="", help="masked fractions in [0, 1], comma-separated "
                    "(default: 0, 0.05, ..., 1)")
-    p.add_argument("--max-ppl-increase", type=float, default=1.0, help="Δppl of Algorithm 1 (paper: 1)")
+    p.add_argument("--max-ppl-increase", type=float, default=1.0,
+                   help="absolute Δppl limit of Algorithm 1 (paper: 1), for sparsity_rate_abs")
+    p.add_argument("--max-rel-increase", type=float, default=0.01,
+                   help="relative limit, Δppl as a fraction of the unmasked perplexity, for the headline "
+                        "sparsity_rate (default 0.01: 1%%)")
     p.add_argument("--out", required=True, help="writes sparsity.md, .csv and .png here")
     p.set_defaults(fn=_sparsity)
     return p
@@ -51,13 +55,15 @@ def _sparsity(args, overrides) -> int:
         ratios = check_ratios(args.ratios.split(",")) if args.ratios else None
     except ValueError as e:
         raise ConfigError(str(e)) from None
-    if args.batches <= 0 or args.max_ppl_increase < 0:
-        raise ConfigError(f"--batches must be positive and --max-ppl-increase >= 0, got {args.batches}, "
-                          f"{args.max_ppl_increase}")
-    out = run_sparsity(args.workdir, args.out, args.label or None, args.batches, ratios, args.max_ppl_increase)
+    if args.batches <= 0 or args.max_ppl_increase < 0 or args.max_rel_increase < 0:
+        raise ConfigError(f"--batches must be positive and --max-ppl-increase, --max-rel-increase >= 0, got "
+                          f"{args.batches}, {args.max_ppl_increase}, {args.max_rel_increase}")
+    out = run_sparsity(args.workdir, args.out, args.label or None, args.batches, ratios, args.max_ppl_increase,
+                       args.max_rel_increase)
     for label, r in zip(out["labels"], out["results"]):
         print(f"{label}: step={r['step']} ffn={r['ffn']} base_ppl={r['base_ppl']:.4f} "
-              f"sparsity_rate={r['sparsity_rate']:.4f} zero_fraction={r['zero_fraction']:.4f} "
+              f"sparsity_rate={r['sparsity_rate']:.4f} sparsity_rate_abs={r['sparsity_rate_abs']:.4f} "
+              f"zero_fraction={r['zero_fraction']:.4f} "
               f"executed_fraction={r['executed_fraction']:.4f}")
     print("wrote " + ", ".join(str(p) for p in out["paths"]))
     return 0

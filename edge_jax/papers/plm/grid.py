@@ -19,7 +19,8 @@ TINY_NOTES = (
     "Tiny preset: PLM-shaped decoder (MLA d_c 32, d_rope 16, 4 heads of 32, d_model 128, 4 layers, "
     "ReLU² FFN 512, tied embeddings), 300 steps of 16 x 128 byte tokens of pystdlib with WSDC; "
     "twins with another attention or FFN keep the non-embedding parameter count by adjusting d_ff. "
-    "The sparsity sweep (Algorithm 1, Δppl <= 1) runs on 4 validation batches after training. "
+    "The sparsity sweep (Algorithm 1) runs on 4 validation batches after training: sparsity_rate at "
+    "Δppl <= 1% of the unmasked perplexity (scale-free), sparsity_rate_abs at the paper's Δppl <= 1. "
     "zero_shot_avg is the mean zero-shot accuracy over code_cloze and longctx_mc (400 documents each, "
     "4-way, chance 0.25; docs/eval.md)."
 )

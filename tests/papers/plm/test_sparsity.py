@@ -28,17 +28,35 @@ def test_sweep_curve_and_rate(ffn):
     cfg = dataclasses.replace(CFG, ffn=ffn)
     model = DecoderLM(cfg)
     params = model.init(jax.random.key(0), np.zeros((1, 4), np.int32))["params"]
-    sweep = sparsity_sweep(model, params, _batches(cfg), ratios=[0, 0.25, 0.5, 0.75, 1.0], max_ppl_increase=0.0)
+    sweep = sparsity_sweep(model, params, _batches(cfg), ratios=[0, 0.25, 0.5, 0.75, 1.0], max_ppl_increase=0.0,
+                           max_rel_increase=0.0)
     # r = 0 masks nothing; r = 1 zeroes every FFN (at random init that may lower perplexity, so only "changed").
     assert sweep["ppl_increase"][0] == 0.0 and abs(sweep["ppl"][-1] - sweep["base_ppl"]) > 1e-3
     if ffn == "relu2":
         # Random init: about half of relu2's activations are exactly 0, so masking up to them is free.
         assert 0.4 < sweep["zero_fraction"] < 0.6
-        assert sweep["sparsity_rate"] >= 0.4
+        assert sweep["sparsity_rate"] >= 0.4 and sweep["sparsity_rate_abs"] == sweep["sparsity_rate"]
     else:
         assert sweep["zero_fraction"] == 0.0  # a gated product is almost never exactly 0
-    loose = sparsity_sweep(model, params, _batches(cfg), ratios=[0, 0.5, 1.0], max_ppl_increase=1e9)
-    assert loose["sparsity_rate"] == 1.0
+    loose = sparsity_sweep(model, params, _batches(cfg), ratios=[0, 0.5, 1.0], max_ppl_increase=1e9,
+                           max_rel_increase=0.0)
+    assert loose["sparsity_rate_abs"] == 1.0
+
+
+def test_relative_limit_is_the_absolute_limit_scaled_by_the_base_perplexity():
+    model = DecoderLM(CFG)
+    params = model.init(jax.random.key(1), np.zeros((1, 4), np.int32))["params"]
+    ratios = [0, 0.2, 0.4, 0.6, 0.8, 1.0]
+    probe = sparsity_sweep(model, params, _batches(CFG), ratios=ratios)
+    # a limit between two grid points' increases, so both rates are bisection-refined inside one interval
+    incs = sorted(i for i in probe["ppl_increase"] if i > 0)
+    assert incs, "masking must raise the perplexity somewhere for this test"
+    limit = 0.5 * incs[0]
+    rel = sparsity_sweep(model, params, _batches(CFG), ratios=ratios, max_rel_increase=limit / probe["base_ppl"],
+                         max_ppl_increase=1e9)
+    absolute = sparsity_sweep(model, params, _batches(CFG), ratios=ratios, max_ppl_increase=limit)
+    assert rel["sparsity_rate"] == pytest.approx(absolute["sparsity_rate_abs"], abs=2e-3)
+    assert rel["sparsity_rate_abs"] == 1.0
 
 
 def test_parameter_usage_counts_the_consumers_of_masked_activations():
@@ -66,7 +84,8 @@ def test_cli_sparsity_end_to_end(tiny_config, tmp_path, capsys):
     out = tmp_path / "sp"
     assert main(["analyze", "sparsity", "--workdir", wd, "--batches", "1", "--ratios", "0,0.5,0.9,1",
                  "--out", str(out)]) == 0
-    assert "sparsity_rate=" in capsys.readouterr().out
+    printed = capsys.readouterr().out
+    assert "sparsity_rate=" in printed and "sparsity_rate_abs=" in printed
     for name in ("sparsity.md", "sparsity.csv", "sparsity.png"):
         assert (out / name).stat().st_size > 0
     assert main(["analyze", "sparsity", "--workdir", wd, "--ratios", "0,1.2", "--out", str(out)]) == 2
