@@ -24,6 +24,9 @@ An ablation file defines `get_grid(preset: str) -> dict` with these keys:
                      eval.zero_shot in every cell and adds the column zero_shot_avg (mean acc)
     stages           optional shared prerequisite runs (a base checkpoint) that cells refer to as
                      "{stage:name}" in override values; see edge_jax.grid.stages
+    explanations     optional {"cellA>cellB": "one line"}: why a pair the paper orders comes out
+                     significantly the other way in ours, written by a person after a run; the
+                     table and `edge-jax summary` print it beside the disagreement
     post             optional "module:function" called as function(grid, records, out) after
                      the table is written, for figures beyond the table (e.g. a scaling fit);
                      it returns the paths it wrote
@@ -47,7 +50,7 @@ REQUIRED_KEYS = ("name", "title", "base", "base_overrides", "cells", "metric",
                  "lower_is_better", "extra_metrics", "paper", "notes")
 PAPER_KEYS = ("metric", "values", "higher_is_better", "source")
 PAPER_OPTIONAL_KEYS = ("order",)
-OPTIONAL_KEYS = ("post", "stages", "zero_shot")
+OPTIONAL_KEYS = ("post", "stages", "zero_shot", "explanations")
 ZERO_SHOT_METRIC = "zero_shot_avg"
 # Cell and grid names become file and directory names.
 _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.+-]*$")
@@ -99,6 +102,7 @@ class Grid:
     path: str
     post: str = ""
     stages: dict = dataclasses.field(default_factory=dict)
+    explanations: dict = dataclasses.field(default_factory=dict)
 
     def overrides(self, cell: str, seed: int, extra: dict[str, Any] | None = None) -> dict:
         """base_overrides | cell overrides | {"seed": seed} | extra (later wins)."""
@@ -188,7 +192,21 @@ def validate_grid(raw: Any, *, preset: str, path: str = "<grid>") -> Grid:
         base_overrides=base_overrides, cells=cells, metric=raw["metric"],
         lower_is_better=raw["lower_is_better"], extra_metrics=tuple(extra),
         paper=_check_paper(raw["paper"], cells, fail), notes=raw["notes"],
-        preset=preset, path=path, post=post, stages=check_stages(raw.get("stages", {}), cells, fail))
+        preset=preset, path=path, post=post, stages=check_stages(raw.get("stages", {}), cells, fail),
+        explanations=_check_explanations(raw.get("explanations", {}), cells, fail))
+
+
+def _check_explanations(raw: Any, cells: dict, fail) -> dict[str, str]:
+    if not isinstance(raw, dict):
+        raise fail("'explanations' must be a dict of \"cellA>cellB\" -> one-line reason")
+    for key, reason in raw.items():
+        parts = key.split(">") if isinstance(key, str) else []
+        if len(parts) != 2 or not all(p in cells for p in parts):
+            raise fail(f"explanations key {key!r} must be \"cellA>cellB\" naming two cells; "
+                       f"cells: {', '.join(cells)}")
+        if not isinstance(reason, str) or not reason.strip() or "\n" in reason.strip():
+            raise fail(f"explanations[{key!r}] must be a one-line reason")
+    return {k: v.strip() for k, v in raw.items()}
 
 
 def _check_overrides(overrides: Any, where: str, fail) -> dict[str, Any]:

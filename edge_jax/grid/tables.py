@@ -3,9 +3,10 @@
 Per cell: seeds recorded, metric mean ± std (sample std over seeds), the extra
 metrics likewise, the paper's value, and our rank beside the paper's. Ranks are
 taken over the cells that have both a paper rank and a result of ours, so the two
-rank columns are comparable; the summary line says whether the orderings agree
-(every pair the paper orders is ordered the same way by us) and gives Kendall's
-tau-b between the two rankings.
+rank columns are comparable. Every pair of cells the paper orders gets a verdict from
+the paired test over seeds (:mod:`edge_jax.grid.verdicts`): agree, disagree or within
+noise; the headline counts them, with Kendall's tau-b between the rankings of the means
+beside. pairs.csv holds the per-pair numbers.
 """
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ import io
 import math
 from pathlib import Path
 
+from edge_jax.grid import verdicts
 from edge_jax.grid.spec import Grid
 from edge_jax.utils.atomic import write_text_atomic
 
@@ -53,6 +55,7 @@ class Table:
     agreement: Agreement
     records: list[dict]
     ignored: int
+    pairs: list[verdicts.Pair] = dataclasses.field(default_factory=list)
 
 
 def stat(values: list[float]) -> Stat:
@@ -141,6 +144,9 @@ def build_table(grid: Grid, records: list[dict], seeds: int | None = None) -> Ta
     ours = competition_ranks({c: measured[c] for c in common}, grid.lower_is_better)
     paper = competition_ranks({c: float(paper_all[c]) for c in common}, True)
     agreement = ordering_agreement(ours, paper)
+    values = {cell: {r["seed"]: float(r["metrics"][grid.metric]) for r in recs
+                     if _is_number(r.get("metrics", {}).get(grid.metric))} for cell, recs in by_cell.items()}
+    pairs = verdicts.judge(values, paper, grid.lower_is_better, grid.explanations)
 
     planned = range(seeds) if seeds else ()
     rows = []
@@ -150,15 +156,16 @@ def build_table(grid: Grid, records: list[dict], seeds: int | None = None) -> Ta
                         paper_value=grid.paper.values.get(cell),
                         paper_rank=paper.get(cell), our_rank=ours.get(cell),
                         missing_seeds=[s for s in planned if s not in have]))
-    return Table(grid, rows, agreement, mine, ignored=len(records) - len(mine))
+    return Table(grid, rows, agreement, mine, ignored=len(records) - len(mine), pairs=pairs)
 
 
 def write_tables(grid: Grid, records: list[dict], out: str | Path,
                  seeds: int | None = None) -> Table:
-    """Write OUT/table.md and OUT/table.csv atomically; returns the table."""
+    """Write OUT/table.md, OUT/table.csv and OUT/pairs.csv atomically; returns the table."""
     table = build_table(grid, records, seeds)
     write_text_atomic(Path(out) / "table.md", markdown(table))
     write_text_atomic(Path(out) / "table.csv", csv_text(table))
+    write_text_atomic(Path(out) / "pairs.csv", pairs_csv(table))
     return table
 
 
@@ -168,7 +175,7 @@ def markdown(t: Table) -> str:
     lines = [f"# {g.title}", ""]
     lines.append(
         f"Grid `{g.name}` (`{g.path}`), preset `{g.preset}`, "
-        f"seeds {_list(seeds) or 'none yet'}; commit {_commits(t.records)}; "
+        f"seeds {_list(seeds) or 'none yet'}; commit {commits(t.records)}; "
         f"device {_devices(t.records)}.")
     lines.append(
         f"Paper metric: {p.metric}, {'higher' if p.higher_is_better else 'lower'} is better "
@@ -189,6 +196,10 @@ def markdown(t: Table) -> str:
                  *[format_number(x) for x in (row.paper_value, row.our_rank, row.paper_rank)]]
         lines.append("| " + " | ".join(cells) + " |")
     lines += ["", _summary(t)]
+    if t.pairs:
+        lines += ["", *_claims(t)]
+    if any((r.get("git") or {}).get("dirty") for r in t.records):
+        lines += ["", "**Made from a dirty working tree: not reproducible from the commit alone.**"]
     missing = [f"{r.cell} (seed{'s' if len(r.missing_seeds) > 1 else ''} "
                f"{_list(r.missing_seeds)})" for r in t.rows if r.missing_seeds]
     if missing:
@@ -224,17 +235,45 @@ def csv_text(t: Table) -> str:
 
 def _summary(t: Table) -> str:
     a = t.agreement
-    if a.agrees is None:
-        return ("**Ordering vs paper: not comparable** (fewer than two cells have both "
+    if a.agrees is None or not t.pairs:
+        return ("**Paper's ordered pairs: not comparable** (fewer than two cells have both "
                 "a paper rank and a result).")
     ranks = {r.cell: r for r in t.rows}
     paper_order = _order(a.cells, {c: ranks[c].paper_rank for c in a.cells})
     our_order = _order(a.cells, {c: ranks[c].our_rank for c in a.cells})
     tau = "undefined" if a.tau is None else f"{a.tau:.2f}"
-    verdict = ("agrees" if a.agrees else
-               f"disagrees ({a.discordant} of {a.ordered_pairs} ordered pairs differ)")
-    return (f"**Ordering vs paper: {verdict}**; Kendall τ = {tau} over {len(a.cells)} cells. "
-            f"Paper: {paper_order}; ours: {our_order}.")
+    return (f"**Paper's ordered pairs: {verdicts.headline(t.pairs)}** (paired t-test over seeds, two-sided "
+            f"α = {verdicts.ALPHA:g}); Kendall τ = {tau} over {len(a.cells)} cells (of the seed means). "
+            f"Paper: {paper_order}; ours (means): {our_order}.")
+
+
+def _claims(t: Table) -> list[str]:
+    """The per-pair section: Δ > 0 means the paper's better cell is better in our metric."""
+    lines = [f"Paper's claims, tested on per-seed paired differences Δ of `{t.grid.metric}` (Δ > 0: ours "
+             f"agrees; {100 * (1 - verdicts.ALPHA):g}% t interval):", "",
+             "| paper says | n | mean Δ | interval | p | verdict |", "|---|---:|---:|---:|---:|---|"]
+    for pair in t.pairs:
+        test = pair.test
+        ci = "—" if test.ci is None else f"[{format_number(test.ci[0])}, {format_number(test.ci[1])}]"
+        p = "—" if test.p is None else (f"{test.p:.3f}" if test.p >= 1e-3 else f"{test.p:.1e}")
+        verdict = test.verdict
+        if verdict == "disagree":
+            verdict += f": {pair.reason}" if pair.reason else " (no reason written)"
+        lines.append(f"| {pair.better} > {pair.worse} | {test.n} | {format_number(test.mean)} | {ci} | {p} "
+                     f"| {verdict} |")
+    return lines
+
+
+def pairs_csv(t: Table) -> str:
+    buf = io.StringIO()
+    w = csv.writer(buf, lineterminator="\n")
+    w.writerow(["better", "worse", "n", "mean_diff", "ci_low", "ci_high", "p", "verdict", "reason"])
+    for pair in t.pairs:
+        test = pair.test
+        ci = test.ci or (None, None)
+        w.writerow([pair.better, pair.worse, test.n, _raw(test.mean), _raw(ci[0]), _raw(ci[1]), _raw(test.p),
+                    test.verdict, pair.reason])
+    return buf.getvalue()
 
 
 def _order(cells: list[str], ranks: dict[str, int]) -> str:
@@ -245,14 +284,15 @@ def _order(cells: list[str], ranks: dict[str, int]) -> str:
     return text
 
 
-def _commits(records: list[dict]) -> str:
+def commits(records: list[dict]) -> str:
     seen = []
     for rec in records:
         git = rec.get("git") or {}
         sha = git.get("commit")
         text = f"`{sha[:12]}`" if sha else "unknown"
         if git.get("dirty"):
-            text += " (dirty)"
+            diff = git.get("diff_sha256")
+            text += f" (dirty, diff sha256 `{diff[:12]}`)" if diff else " (dirty)"
         if text not in seen:
             seen.append(text)
     return ", ".join(seen) or "n/a"

@@ -1,5 +1,6 @@
 """edge_jax.grid.tables and plots: summaries, ranks, ordering agreement, files."""
 import csv
+import dataclasses
 import io
 import math
 
@@ -72,8 +73,11 @@ def test_agreeing_table():
     assert "| cell | n | `val_loss` | `val_ppl` | paper: avg accuracy | rank (ours) | rank (paper) |" in md
     assert "| a | 2 | 3.100 ± 0.141 |" in md
     assert "| 50 | 3 | 3 |" in md
-    assert ("**Ordering vs paper: agrees**; Kendall τ = 1.00 over 3 cells. "
-            "Paper: c > b > a; ours: c > b > a.") in md
+    # two seeds: every difference agrees in sign, none is significant (t = 7 or 2.3 on 1 df)
+    assert ("**Paper's ordered pairs: 0 agree, 0 disagree, 3 within noise** (paired t-test over seeds, two-sided "
+            "α = 0.05); Kendall τ = 1.00 over 3 cells (of the seed means). "
+            "Paper: c > b > a; ours (means): c > b > a.") in md
+    assert "| c > b | 2 | 0.175 | [-0.1427, 0.4927] | 0.090 | within noise |" in md
     assert "Missing" not in md and "Notes: Some notes." in md and "(curves.png)" in md
     evaluation_only = [dict(r, curve=[]) for r in agreeing_records()]  # cells that only evaluate
     assert "curves.png" not in tables.markdown(tables.build_table(make_grid(), evaluation_only, seeds=2))
@@ -86,8 +90,9 @@ def test_disagreeing_table():
     assert t.agreement.discordant == 2 and t.agreement.ordered_pairs == 3
     assert t.agreement.tau == pytest.approx(-1 / 3)
     md = tables.markdown(t)
-    assert ("**Ordering vs paper: disagrees (2 of 3 ordered pairs differ)**; Kendall τ = -0.33 "
-            "over 3 cells. Paper: c > b > a; ours: a > c > b.") in md
+    assert ("**Paper's ordered pairs: 0 agree, 0 disagree, 0 within noise, 3 n/a (fewer than 2 paired seeds)**"
+            in md and "Kendall τ = -0.33 over 3 cells (of the seed means). Paper: c > b > a; ours (means): "
+            "a > c > b.") in md
     assert "| a | 1 | 2.500 |" in md     # one seed: no ± part
 
 
@@ -112,7 +117,7 @@ def test_not_comparable_and_ignored_records():
     records = [rec("a", 0, 3.0), rec("b", 0, 2.0, preset="paper"), rec("zz", 0, 1.0)]
     t = tables.build_table(make_grid(), records, seeds=1)
     md = tables.markdown(t)
-    assert t.agreement.agrees is None and "Ordering vs paper: not comparable" in md
+    assert t.agreement.agrees is None and "Paper's ordered pairs: not comparable" in md
     assert "Ignored 2 record(s)" in md
 
 
@@ -129,7 +134,8 @@ def test_order_only_paper():
     t = tables.build_table(grid, agreeing_records(), seeds=2)
     md = tables.markdown(t)
     assert "The paper gives an ordering without numbers" in md
-    assert "Paper: c > a > b; ours: c > b > a." in md and "disagrees (1 of 3" in md
+    assert "Paper: c > a > b; ours (means): c > b > a." in md
+    assert [p.name for p in t.pairs] == ["c>a", "c>b", "a>b"]
 
 
 def test_csv_contents():
@@ -163,3 +169,32 @@ def test_seed_band_uses_the_seeds_present_at_each_step():
     steps, mean, lo, hi = plots.seed_band([[[0, 4.0], [10, 3.0]], [[0, 5.0], [20, 2.0]]])
     assert steps == [0, 10, 20]
     assert mean == [4.5, 3.0, 2.0] and lo == [4.0, 3.0, 2.0] and hi == [5.0, 3.0, 2.0]
+
+
+def test_significant_disagreement_shows_the_written_reason_and_pairs_csv():
+    grid = spec.validate_grid({
+        "name": "toy", "title": "Toy", "base": "x.py:tiny", "base_overrides": {}, "cells": {"a": {}, "b": {}},
+        "metric": "val_loss", "lower_is_better": True, "extra_metrics": [],
+        "paper": {"metric": "acc", "higher_is_better": True, "source": "T", "values": {"a": 2.0, "b": 1.0}},
+        "notes": "", "explanations": {"a>b": "b trains on more tokens"}}, preset="tiny", path="ablations/toy.py")
+    # ours: b has the lower loss on every seed, by 0.5 +- 0.01: the paper's a > b is significantly reversed
+    records = [rec("a", s, 3.0 + 0.01 * s) for s in range(3)] + [rec("b", s, 2.5 + 0.02 * s) for s in range(3)]
+    t = tables.build_table(grid, records, seeds=3)
+    assert [(p.name, p.test.verdict) for p in t.pairs] == [("a>b", "disagree")]
+    md = tables.markdown(t)
+    assert "**Paper's ordered pairs: 0 agree, 1 disagree, 0 within noise**" in md
+    assert "| a > b | 3 | -0.49 | " in md and "| disagree: b trains on more tokens |" in md
+    rows = list(csv.DictReader(io.StringIO(tables.pairs_csv(t))))
+    assert rows[0]["better"] == "a" and rows[0]["verdict"] == "disagree" and float(rows[0]["mean_diff"]) < 0
+    assert rows[0]["reason"] == "b trains on more tokens" and float(rows[0]["p"]) < 0.05
+    unexplained = dataclasses.replace(grid, explanations={})
+    assert "| disagree (no reason written) |" in tables.markdown(tables.build_table(unexplained, records))
+
+
+def test_dirty_records_are_marked():
+    records = agreeing_records()
+    records[0] = dict(records[0], git={"commit": SHA, "dirty": True, "diff_sha256": "ab" * 32})
+    md = tables.markdown(tables.build_table(make_grid(), records, seeds=2))
+    assert f"`{SHA[:12]}` (dirty, diff sha256 `{'ab' * 6}`)" in md
+    assert "**Made from a dirty working tree: not reproducible from the commit alone.**" in md
+    assert "dirty" not in tables.markdown(tables.build_table(make_grid(), agreeing_records(), seeds=2))

@@ -1,0 +1,78 @@
+"""`edge-jax summary`: one row per ablation grid, built from its records like its table.
+
+    edge-jax summary [--ablations ablations] [--results results] [--preset tiny]
+
+Per grid: cells, the fewest seeds a cell has, the commits its records name, the paper's ordered pairs
+that agree, disagree or are within noise (:mod:`edge_jax.grid.verdicts`), Kendall's tau, and every
+significant disagreement with the reason written in the ablation file (``explanations``). The README's
+summary table is this command's output.
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+from pathlib import Path
+
+from edge_jax.grid import runner, spec, tables, verdicts
+from edge_jax.grid.command import default_out
+
+
+@dataclasses.dataclass
+class Row:
+    grid: str
+    ablation: str
+    table: tables.Table | None = None
+    problem: str = ""            # why there is no table (no such preset, no records)
+
+
+def summarize(ablations: str | Path, results: str | Path, preset: str = "tiny") -> list[Row]:
+    """A row per ablation file under ``ablations`` (sorted by name)."""
+    rows = []
+    for path in sorted(Path(ablations).glob("*.py")):
+        try:
+            grid = spec.load_grid(path, preset)
+        except spec.GridSpecError as e:
+            rows.append(Row(path.stem, str(path), problem=f"not loadable at preset {preset}: {e}"))
+            continue
+        records = runner.load_records(Path(results) / default_out(grid).name)
+        if not records:
+            rows.append(Row(grid.name, str(path), problem="no records yet"))
+            continue
+        rows.append(Row(grid.name, str(path), tables.build_table(grid, records)))
+    return rows
+
+
+def markdown(rows: list[Row]) -> str:
+    lines = [f"| grid | cells | seeds | commit | agree | disagree | within noise | Kendall τ "
+             f"| significant disagreements (α = {verdicts.ALPHA:g}) |",
+             "|---|---:|---:|---|---:|---:|---:|---:|---|"]
+    for row in rows:
+        t = row.table
+        if t is None:
+            lines.append(f"| {row.grid} | | | | | | | | {row.problem} |")
+            continue
+        counts = verdicts.counts(t.pairs)
+        seeds = min((r.stats[t.grid.metric].n for r in t.rows), default=0)
+        tau = "—" if t.agreement.tau is None else f"{t.agreement.tau:.2f}"
+        disagreements = "; ".join(f"{p.better} > {p.worse}: {p.reason or '(no reason written)'}"
+                                  for p in t.pairs if p.test.verdict == "disagree")
+        if not t.pairs:
+            disagreements = "no pair of cells the paper orders"
+        lines.append(f"| [{row.grid}](results/{row.grid}/table.md) | {len(t.rows)} | {seeds} | "
+                     f"{tables.commits(t.records)} | {counts['agree']} | {counts['disagree']} | "
+                     f"{counts['within noise']} | {tau} | {disagreements} |")
+    return "\n".join(lines) + "\n"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--ablations", default="ablations", help="directory of ablation files (default: ablations)")
+    parser.add_argument("--results", default="results", help="directory of grid outputs (default: results)")
+    parser.add_argument("--preset", default="tiny", help="grid preset (default: tiny)")
+
+
+def run(args: argparse.Namespace) -> int:
+    if not Path(args.ablations).is_dir():
+        print(f"error: no ablations directory {args.ablations}; pass --ablations DIR")
+        return 2
+    print(markdown(summarize(args.ablations, args.results, args.preset)), end="")
+    return 0

@@ -1,0 +1,52 @@
+"""`edge-jax summary`: a row per ablation grid from its records."""
+import json
+import textwrap
+
+from edge_jax.cli import main
+
+GRID = '''
+def get_grid(preset):
+    if preset != "tiny":
+        raise ValueError(f"unknown preset {{preset!r}}; valid presets: tiny")
+    return {{
+        "name": "{name}", "title": "Toy", "base": "fake.py:tiny", "base_overrides": {{}},
+        "cells": {{"a": {{}}, "b": {{}}, "c": {{}}}}, "metric": "val_loss", "lower_is_better": True,
+        "extra_metrics": [], "notes": "",
+        "paper": {{"metric": "acc", "values": {{"a": 3.0, "b": 2.0, "c": 1.0}}, "higher_is_better": True,
+                  "source": "T"}},
+        "explanations": {{"b>c": "c saw more data"}},
+    }}
+'''
+SHA = "0123456789abcdef0123456789abcdef01234567"
+
+
+def write_records(out, values):
+    (out / "records").mkdir(parents=True)
+    for (cell, seed), v in values.items():
+        rec = {"grid": out.name, "preset": "tiny", "cell": cell, "seed": seed, "metrics": {"val_loss": v},
+               "git": {"commit": SHA, "dirty": False}}
+        (out / "records" / f"{cell}__seed{seed}.json").write_text(json.dumps(rec))
+
+
+def test_summary_counts_verdicts_and_prints_reasons(tmp_path, capsys):
+    ablations, results = tmp_path / "ablations", tmp_path / "results"
+    ablations.mkdir()
+    for name in ("toy_a", "toy_b"):
+        (ablations / f"{name}.py").write_text(textwrap.dedent(GRID.format(name=name)))
+    # toy_a: a best on every seed (agrees twice); c better than b on every seed, against the paper
+    write_records(results / "toy_a", {("a", s): 1.0 + 0.01 * s for s in range(3)}
+                  | {("b", s): 2.0 + (0.1, -0.05, 0.02)[s] for s in range(3)}
+                  | {("c", s): 1.5 + 0.02 * s for s in range(3)})
+    assert main(["summary", "--ablations", str(ablations), "--results", str(results)]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0].startswith("| grid | cells | seeds | commit | agree | disagree | within noise | Kendall τ |")
+    row_a = next(line for line in out if line.startswith("| [toy_a]"))
+    cells = [c.strip() for c in row_a.split("|")[1:-1]]
+    assert cells[1:7] == ["3", "3", f"`{SHA[:12]}`", "2", "1", "0"]
+    assert cells[8] == "b > c: c saw more data"
+    assert "| toy_b | | | | | | | | no records yet |" in out
+
+
+def test_summary_without_ablations_dir_is_one_line(tmp_path, capsys):
+    assert main(["summary", "--ablations", str(tmp_path / "none")]) == 2
+    assert capsys.readouterr().out.strip().startswith("error: no ablations directory")
