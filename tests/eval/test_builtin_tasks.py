@@ -38,7 +38,7 @@ def test_documents_are_seeded_and_well_formed(name, source):
 def test_facts_mc_asks_held_out_wordings_with_same_type_distractors(source):
     docs = _docs("facts_mc", source)
     people = make_people(60, 0)
-    asked_half = {p["name"] for p in people[30:]}
+    asked_half = {p["name"] for p in people[:30]}   # the people whose QA pairs are trained
     by_attr = {a: {p[a] for p in people} for a in ATTRIBUTES}
     for d in docs:
         question = d["text"][len("Question: "):-len("\nAnswer:")]
@@ -46,6 +46,7 @@ def test_facts_mc_asks_held_out_wordings_with_same_type_distractors(source):
         assert not any(question == t.format(n=n) for a in ATTRIBUTES for t in TEMPLATES[a][2] for n in asked_half)
         assert set(d["choices"]) <= by_attr[d["attribute"]]
     shots = _docs("facts_mc", source, "train")
+    assert not any(n in shot["text"] for shot in shots for n in asked_half)   # shots ask about other people
     examples = build_examples(TASKS.get("facts_mc"), docs[:5], shots, k=2)
     assert all(e.requests[0][0].count("Question:") == 3 for e in examples)
     # a run that does not train on facts gets the default corpus size
