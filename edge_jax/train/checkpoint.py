@@ -1,14 +1,28 @@
 """Thin orbax wrapper: the train state and the data-iterator state saved together, atomically.
 
 orbax writes each step to a temporary directory and renames it when complete, so a run killed
-mid-save leaves the previous checkpoints intact and the partial one is ignored on restart.
+mid-save leaves the previous checkpoints intact and the partial one is ignored on restart. A step
+that was written but can no longer be read (a disk fault, a file overwritten or truncated by hand) is
+passed over on resume: :meth:`Checkpointer.restore_newest` tries the steps newest first, resumes from
+the newest that reads, and moves the unreadable newer ones to ``<directory>.corrupt/<step>`` (kept for
+inspection, out of orbax's way, so the run can save those steps again).
 """
 from __future__ import annotations
 
 import os
+import shutil
+from typing import Callable, TypeVar
 
 import jax
 import orbax.checkpoint as ocp
+
+from edge_jax.errors import UserError
+
+T = TypeVar("T")
+
+
+class CheckpointError(UserError, RuntimeError):
+    """No checkpoint of a workdir can be read (one-line message naming the directory)."""
 
 
 class Checkpointer:
@@ -53,6 +67,48 @@ class Checkpointer:
             keys = [getattr(k, "key", None) for k in path]
             names.update(keys[i + 1] for i, k in enumerate(keys[:-1]) if k == "inner_states")
         return names
+
+    def restore_newest(self, restore: Callable[[int], T], warn: Callable[[str], None] = print,
+                       move: bool = True) -> tuple[int, T] | None:
+        """``(step, restore(step))`` for the newest step that ``restore`` reads, None with no checkpoint.
+
+        A step whose restore raises anything but a :class:`UserError` (a wrong config is the user's to
+        fix, not a damaged file) is unreadable: one warning line names it, and once an older step has
+        been read the unreadable newer ones are moved aside (``move``: the lead process). With no
+        readable step at all nothing is moved and :class:`CheckpointError` says which directory to
+        delete to start over."""
+        bad: list[tuple[int, str]] = []
+        for step in sorted(self.all_steps(), reverse=True):
+            try:
+                value = restore(step)
+            except UserError:
+                raise
+            except Exception as e:  # noqa: BLE001 - any failure to read a step means the step is damaged
+                lines = str(e).strip().splitlines()
+                bad.append((step, f"{type(e).__name__}: {lines[0][:200] if lines else '(no message)'}"))
+                continue
+            for bad_step, why in bad:
+                where = self._move_aside(bad_step) if move else os.path.join(self.directory, str(bad_step))
+                warn(f"warning: checkpoint step {bad_step} in {self.directory} is unreadable ({why}); "
+                     f"resuming from step {step}{f', the bad step kept in {where}' if move else ''}")
+            return step, value
+        if bad:
+            steps = ", ".join(f"step {s}: {why}" for s, why in bad)
+            raise CheckpointError(f"no readable checkpoint in {self.directory} ({steps}); delete that directory "
+                                  "to start the run over")
+        return None
+
+    def _move_aside(self, step: int) -> str:
+        """Move the step's directory to ``<directory>.corrupt/<step>[.k]`` and make orbax forget it."""
+        target = os.path.join(self.directory + ".corrupt", str(step))
+        k = 0
+        while os.path.exists(target if not k else f"{target}.{k}"):
+            k += 1
+        target = target if not k else f"{target}.{k}"
+        os.makedirs(os.path.dirname(target), exist_ok=True)
+        shutil.move(os.path.join(self.directory, str(step)), target)
+        self._mgr.reload()
+        return target
 
     def wait(self) -> None:
         self._mgr.wait_until_finished()

@@ -10,6 +10,7 @@ import contextlib
 import json
 import math
 import os
+import sys
 import time
 
 import jax
@@ -89,12 +90,13 @@ def train_and_evaluate(config, workdir: str, devices=None) -> dict:
     data_sharding = batch_sharding(run.mesh)
     train_iter = make_train_iter(cfg.data, run.tokenizer, cfg.seed, jax.process_index(), jax.process_count())
     ckpt = Checkpointer(os.path.join(workdir, "checkpoints"), t.keep_ckpts, t.ckpt_every)
-    start = ckpt.latest_step() or 0
-    if start and start >= t.steps:  # finished: evaluating needs only the params, whichever optimizer wrote them
-        state = abstract.replace(params=ckpt.restore_params(start, abstract.params), opt_state=None, step=start)
-    elif start:
-        state, data_state = _restore(ckpt, start, abstract, workdir)
-        train_iter.set_state(data_state)
+    resumed = ckpt.restore_newest(lambda step: _resume(ckpt, step, abstract, workdir, t.steps), move=lead,
+                                  warn=lambda line: print(line, file=sys.stderr, flush=True))
+    start = resumed[0] if resumed else 0
+    if resumed:
+        state, data_state = resumed[1]
+        if data_state is not None:
+            train_iter.set_state(data_state)
     else:
         state = create_train_state(run.model, run.tx, run.mesh, cfg.seed)[0]
         if cfg.init_from:
@@ -127,9 +129,10 @@ def train_and_evaluate(config, workdir: str, devices=None) -> dict:
             if not (math.isfinite(metrics["loss"]) and math.isfinite(metrics["grad_norm"])):
                 ckpt.wait()
                 good = ckpt.latest_step()
+                saved = "no checkpoint written yet" if good is None else f"last good checkpoint is step {good}"
                 raise TrainingError(
                     f"non-finite loss/grad norm ({metrics['loss']}, {metrics['grad_norm']}) at step {step}; "
-                    f"last good checkpoint is step {good}; lower train.lr or raise train.warmup_steps and rerun")
+                    f"{saved}; lower train.lr or raise train.warmup_steps and rerun")
             metrics["step_time_s"] = dt
             metrics["tokens_per_s"] = tokens_per_step / dt
             last = metrics
@@ -159,6 +162,14 @@ def train_and_evaluate(config, workdir: str, devices=None) -> dict:
 
 
 RUNNERS.register("lm", train_and_evaluate)
+
+
+def _resume(ckpt, step: int, abstract, workdir: str, steps: int):
+    """(train state, data-iterator state) at ``step``; a finished run (``step >= steps``) needs only
+    the params to evaluate, whichever optimizer wrote them, and no data state."""
+    if step >= steps:
+        return abstract.replace(params=ckpt.restore_params(step, abstract.params), opt_state=None, step=step), None
+    return _restore(ckpt, step, abstract, workdir)
 
 
 def _restore(ckpt, step: int, abstract, workdir: str):

@@ -1,0 +1,68 @@
+"""Resuming past a damaged checkpoint: the newest readable step wins, with one warning line."""
+import os
+import shutil
+
+import numpy as np
+import pytest
+
+from edge_jax.train.checkpoint import CheckpointError
+from edge_jax.train.loop import TrainingError, train_and_evaluate
+from edge_jax.train.metrics import read_jsonl
+
+
+def _losses(workdir):
+    return {r["step"]: r["loss"] for r in read_jsonl(os.path.join(workdir, "metrics.jsonl")) if r["kind"] == "train"}
+
+
+def _damage(workdir, step):
+    """Overwrite every file of the step's train state with random bytes of the same length."""
+    rng = np.random.default_rng(step)
+    root = os.path.join(workdir, "checkpoints", str(step), "state")
+    files = [os.path.join(d, f) for d, _, fs in os.walk(root) for f in fs]
+    assert files
+    for path in files:
+        size = max(os.path.getsize(path), 16)
+        with open(path, "wb") as f:
+            f.write(rng.integers(0, 256, size, dtype=np.uint8).tobytes())
+
+
+def test_a_damaged_latest_checkpoint_falls_back_to_the_previous_one(tiny_config, tmp_path, capfd):
+    wd, clean = str(tmp_path / "run"), str(tmp_path / "clean")
+    train_and_evaluate(tiny_config(**{"train.steps": 8}), wd)          # checkpoints at steps 4 and 8
+    shutil.copytree(wd, clean)
+    shutil.rmtree(os.path.join(clean, "checkpoints", "8"))             # the same run, honestly stopped at 4
+    train_and_evaluate(tiny_config(**{"train.steps": 12}), clean)
+    _damage(wd, 8)
+    capfd.readouterr()
+    result = train_and_evaluate(tiny_config(**{"train.steps": 12}), wd)
+    warnings = [line for line in capfd.readouterr().err.splitlines() if line.startswith("warning: checkpoint")]
+    assert len(warnings) == 1
+    assert "checkpoint step 8 in " in warnings[0] and "is unreadable" in warnings[0]
+    assert "resuming from step 4" in warnings[0] and "checkpoints.corrupt" in warnings[0]
+    assert os.path.isdir(os.path.join(wd, "checkpoints.corrupt", "8"))
+    saved = sorted(int(d) for d in os.listdir(os.path.join(wd, "checkpoints")) if d.isdigit())
+    assert saved[-1] == 12 and 8 in saved                             # step 8 written again
+    # steps 5..12 were retrained from step 4, exactly as by a run whose last checkpoint was step 4
+    a, b = _losses(clean), _losses(wd)
+    assert [b[s] for s in range(5, 13)] == [a[s] for s in range(5, 13)]
+    assert np.isfinite(result["val_loss"])
+
+
+def test_no_readable_checkpoint_is_one_line_naming_the_directory(tiny_config, tmp_path):
+    wd = str(tmp_path / "run")
+    train_and_evaluate(tiny_config(**{"train.steps": 8}), wd)
+    for step in (4, 8):
+        _damage(wd, step)
+    with pytest.raises(CheckpointError) as e:
+        train_and_evaluate(tiny_config(**{"train.steps": 12}), wd)
+    message = str(e.value)
+    assert "\n" not in message and message.startswith(f"no readable checkpoint in {os.path.join(wd, 'checkpoints')} ")
+    assert "step 8: " in message and "step 4: " in message and "delete that directory" in message
+    assert not os.path.exists(os.path.join(wd, "checkpoints.corrupt"))  # nothing moved
+
+
+def test_a_divergence_before_the_first_checkpoint_says_so(tiny_config, tmp_path):
+    cfg = tiny_config(**{"train.steps": 40, "train.lr": 1e6, "train.warmup_steps": 1, "train.clip_norm": 0.0,
+                         "train.ckpt_every": 1000})
+    with pytest.raises(TrainingError, match=r"at step \d+; no checkpoint written yet; lower train.lr"):
+        train_and_evaluate(cfg, str(tmp_path / "nan"))
