@@ -90,7 +90,7 @@ class Checkpointer:
             for bad_step, why in bad:
                 where = self._move_aside(bad_step) if move else os.path.join(self.directory, str(bad_step))
                 warn(f"warning: checkpoint step {bad_step} in {self.directory} is unreadable ({why}); "
-                     f"resuming from step {step}{f', the bad step kept in {where}' if move else ''}")
+                     f"using step {step}{f', the bad step kept in {where}' if move else ''}")
             return step, value
         if bad:
             steps = ", ".join(f"step {s}: {why}" for s, why in bad)

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import os
+import sys
 
 import jax
 
@@ -16,20 +17,21 @@ from edge_jax.train.workdir import load_workdir_config
 
 
 def restore_latest(workdir: str, devices=None):
-    """``(run_setup, state, step)`` for the newest checkpoint in ``workdir``; ``state`` holds its params
+    """``(run_setup, state, step)`` for the newest readable checkpoint in ``workdir``; ``state`` holds its params
     (its ``opt_state`` is None: evaluating needs none, and the optimizer that wrote it may differ)."""
     run = build(load_workdir_config(workdir), devices)
     check_tokenizer(workdir, run.tokenizer, run.config)
     ckpt = Checkpointer(os.path.join(workdir, "checkpoints"), run.config.train.keep_ckpts, 1)
-    step = ckpt.latest_step()
-    if step is None:
-        raise FileNotFoundError(f"no checkpoint in {workdir}/checkpoints; train first with `edge-jax train`")
     abstract, _ = abstract_train_state(run.model, run.tx, run.mesh)
-    try:
-        state = abstract.replace(params=ckpt.restore_params(step, abstract.params), opt_state=None, step=step)
+    try:   # the newest readable step (a damaged newer one is named on stderr and left in place)
+        found = ckpt.restore_newest(lambda step: ckpt.restore_params(step, abstract.params), move=False,
+                                    warn=lambda line: print(line, file=sys.stderr, flush=True))
     finally:
         ckpt.close()
-    return run, state, step
+    if found is None:
+        raise FileNotFoundError(f"no checkpoint in {workdir}/checkpoints; train first with `edge-jax train`")
+    step, params = found
+    return run, abstract.replace(params=params, opt_state=None, step=step), step
 
 
 def evaluate_workdir(workdir: str, num_batches: int = 0, split: str = "validation",

@@ -38,7 +38,7 @@ def test_a_damaged_latest_checkpoint_falls_back_to_the_previous_one(tiny_config,
     warnings = [line for line in capfd.readouterr().err.splitlines() if line.startswith("warning: checkpoint")]
     assert len(warnings) == 1
     assert "checkpoint step 8 in " in warnings[0] and "is unreadable" in warnings[0]
-    assert "resuming from step 4" in warnings[0] and "checkpoints.corrupt" in warnings[0]
+    assert "using step 4, the bad step kept in " in warnings[0] and "checkpoints.corrupt" in warnings[0]
     assert os.path.isdir(os.path.join(wd, "checkpoints.corrupt", "8"))
     saved = sorted(int(d) for d in os.listdir(os.path.join(wd, "checkpoints")) if d.isdigit())
     assert saved[-1] == 12 and 8 in saved                             # step 8 written again
@@ -66,3 +66,15 @@ def test_a_divergence_before_the_first_checkpoint_says_so(tiny_config, tmp_path)
                          "train.ckpt_every": 1000})
     with pytest.raises(TrainingError, match=r"at step \d+; no checkpoint written yet; lower train.lr"):
         train_and_evaluate(cfg, str(tmp_path / "nan"))
+
+
+def test_evaluating_a_workdir_uses_the_newest_readable_step(tiny_config, tmp_path, capfd):
+    from edge_jax.train.evaluate import evaluate_workdir
+    wd = str(tmp_path / "run")
+    train_and_evaluate(tiny_config(**{"train.steps": 8}), wd)
+    _damage(wd, 8)
+    capfd.readouterr()
+    assert evaluate_workdir(wd, num_batches=1)["step"] == 4
+    err = capfd.readouterr().err
+    assert "warning: checkpoint step 8 in " in err and "using step 4" in err and "kept in" not in err
+    assert os.path.isdir(os.path.join(wd, "checkpoints", "8"))          # a reader moves nothing
