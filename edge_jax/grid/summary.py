@@ -23,6 +23,7 @@ class Row:
     ablation: str
     table: tables.Table | None = None
     problem: str = ""            # why there is no table (no such preset, no records)
+    out: str = ""                # the grid's output directory, where its table.md is
 
 
 def summarize(ablations: str | Path, results: str | Path, preset: str = "tiny") -> list[Row]:
@@ -34,11 +35,12 @@ def summarize(ablations: str | Path, results: str | Path, preset: str = "tiny") 
         except spec.GridSpecError as e:
             rows.append(Row(path.stem, str(path), problem=f"not loadable at preset {preset}: {e}"))
             continue
-        records = runner.load_records(Path(results) / default_out(grid).name)
+        out = Path(results) / default_out(grid).name
+        records = runner.load_records(out)
         if not records:
             rows.append(Row(grid.name, str(path), problem="no records yet"))
             continue
-        rows.append(Row(grid.name, str(path), tables.build_table(grid, records)))
+        rows.append(Row(grid.name, str(path), tables.build_table(grid, records), out=out.as_posix()))
     return rows
 
 
@@ -49,19 +51,37 @@ def markdown(rows: list[Row]) -> str:
     for row in rows:
         t = row.table
         if t is None:
-            lines.append(f"| {row.grid} | | | | | | | | {row.problem} |")
+            lines.append(f"| {row.grid} | | | | | | | | {_cell(row.problem)} |")
             continue
         counts = verdicts.counts(t.pairs)
         seeds = min((r.stats[t.grid.metric].n for r in t.rows), default=0)
         tau = "—" if t.agreement.tau is None else f"{t.agreement.tau:.2f}"
-        disagreements = "; ".join(f"{p.better} > {p.worse}: {p.reason or '(no reason written)'}"
-                                  for p in t.pairs if p.test.verdict == "disagree")
-        if not t.pairs:
-            disagreements = "no pair of cells the paper orders"
-        lines.append(f"| [{row.grid}](results/{row.grid}/table.md) | {len(t.rows)} | {seeds} | "
+        lines.append(f"| [{row.grid}]({row.out}/table.md) | {len(t.rows)} | {seeds} | "
                      f"{tables.commits(t.records)} | {counts['agree']} | {counts['disagree']} | "
-                     f"{counts['within noise']} | {tau} | {disagreements} |")
+                     f"{counts['within noise']} | {tau} | {_cell(_last_column(t, counts))} |")
     return "\n".join(lines) + "\n"
+
+
+def _last_column(t: tables.Table, counts: dict[str, int]) -> str:
+    """The significant disagreements with their reasons, and why a grid has fewer verdicts than pairs."""
+    if not any(r.stats[t.grid.metric].n for r in t.rows):
+        return f"no record has the metric `{t.grid.metric}`"
+    if not t.grid.paper.ranks():
+        return "the paper orders none of these cells"
+    if len(t.agreement.cells) < 2:
+        return "fewer than 2 cells the paper ranks have results"
+    if not t.pairs:
+        return "the paper ranks the cells with results equal"
+    parts = [f"{p.better} > {p.worse}: {p.reason or '(no reason written)'}"
+             for p in t.pairs if p.test.verdict == "disagree"] or ["none"]
+    if counts["n/a"]:
+        parts.append(f"{counts['n/a']} pair(s) n/a (fewer than 2 paired seeds)")
+    return "; ".join(parts)
+
+
+def _cell(text: str) -> str:
+    """Text that stays in one markdown table cell."""
+    return " ".join(text.split()).replace("|", "\\|")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

@@ -177,6 +177,8 @@ def markdown(t: Table) -> str:
         f"Grid `{g.name}` (`{g.path}`), preset `{g.preset}`, "
         f"seeds {_list(seeds) or 'none yet'}; commit {commits(t.records)}; "
         f"device {_devices(t.records)}.")
+    if any(r.get("command") for r in t.records):
+        lines.append(f"Made by {commands(t.records)}.")
     lines.append(
         f"Paper metric: {p.metric}, {'higher' if p.higher_is_better else 'lower'} is better "
         f"({p.source}). Ours: `{g.metric}`, {'lower' if g.lower_is_better else 'higher'} "
@@ -235,9 +237,12 @@ def csv_text(t: Table) -> str:
 
 def _summary(t: Table) -> str:
     a = t.agreement
-    if a.agrees is None or not t.pairs:
+    if len(a.cells) < 2:
         return ("**Paper's ordered pairs: not comparable** (fewer than two cells have both "
                 "a paper rank and a result).")
+    if not t.pairs:
+        return (f"**Paper's ordered pairs: none** (the paper ranks the {len(a.cells)} cells with results "
+                "equal).")
     ranks = {r.cell: r for r in t.rows}
     paper_order = _order(a.cells, {c: ranks[c].paper_rank for c in a.cells})
     our_order = _order(a.cells, {c: ranks[c].our_rank for c in a.cells})
@@ -258,7 +263,7 @@ def _claims(t: Table) -> list[str]:
         p = "—" if test.p is None else (f"{test.p:.3f}" if test.p >= 1e-3 else f"{test.p:.1e}")
         verdict = test.verdict
         if verdict == "disagree":
-            verdict += f": {pair.reason}" if pair.reason else " (no reason written)"
+            verdict += f": {pair.reason.replace('|', '/')}" if pair.reason else " (no reason written)"
         lines.append(f"| {pair.better} > {pair.worse} | {test.n} | {format_number(test.mean)} | {ci} | {p} "
                      f"| {verdict} |")
     return lines
@@ -296,6 +301,16 @@ def commits(records: list[dict]) -> str:
         if text not in seen:
             seen.append(text)
     return ", ".join(seen) or "n/a"
+
+
+def commands(records: list[dict], at_most: int = 3) -> str:
+    """The distinct commands that made the records (``rec["command"]``), the first few of them."""
+    seen = []
+    for rec in records:
+        if rec.get("command") and rec["command"] not in seen:
+            seen.append(rec["command"])
+    text = ", ".join(f"`{c}`" for c in seen[:at_most]) or "n/a"
+    return text + (f" and {len(seen) - at_most} other command(s)" if len(seen) > at_most else "")
 
 
 def _devices(records: list[dict]) -> str:

@@ -31,19 +31,24 @@ def write_records(out, values):
 def test_summary_counts_verdicts_and_prints_reasons(tmp_path, capsys):
     ablations, results = tmp_path / "ablations", tmp_path / "results"
     ablations.mkdir()
-    for name in ("toy_a", "toy_b"):
+    for name in ("toy_a", "toy_b", "toy_c"):
         (ablations / f"{name}.py").write_text(textwrap.dedent(GRID.format(name=name)))
     # toy_a: a best on every seed (agrees twice); c better than b on every seed, against the paper
     write_records(results / "toy_a", {("a", s): 1.0 + 0.01 * s for s in range(3)}
                   | {("b", s): 2.0 + (0.1, -0.05, 0.02)[s] for s in range(3)}
                   | {("c", s): 1.5 + 0.02 * s for s in range(3)})
+    # toy_c: one seed only, so no pair has two paired seeds
+    write_records(results / "toy_c", {("a", 0): 1.0, ("b", 0): 2.0, ("c", 0): 3.0})
     assert main(["summary", "--ablations", str(ablations), "--results", str(results)]) == 0
     out = capsys.readouterr().out.splitlines()
     assert out[0].startswith("| grid | cells | seeds | commit | agree | disagree | within noise | Kendall τ |")
     row_a = next(line for line in out if line.startswith("| [toy_a]"))
     cells = [c.strip() for c in row_a.split("|")[1:-1]]
     assert cells[1:7] == ["3", "3", f"`{SHA[:12]}`", "2", "1", "0"]
+    assert cells[0] == f"[toy_a]({(results / 'toy_a').as_posix()}/table.md)"
     assert cells[8] == "b > c: c saw more data"
+    row_c = [c.strip() for c in next(line for line in out if line.startswith("| [toy_c]")).split("|")[1:-1]]
+    assert row_c[4:9] == ["0", "0", "0", "1.00", "none; 3 pair(s) n/a (fewer than 2 paired seeds)"]
     assert "| toy_b | | | | | | | | no records yet |" in out
 
 

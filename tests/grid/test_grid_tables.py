@@ -158,6 +158,10 @@ def test_write_tables_and_curves(tmp_path):
     tables.write_tables(grid, agreeing_records(), tmp_path, seeds=2)
     assert (tmp_path / "table.md").read_text().startswith("# Toy Table 2")
     assert (tmp_path / "table.csv").read_text().startswith("cell,n_seeds")
+    pairs = list(csv.DictReader(io.StringIO((tmp_path / "pairs.csv").read_text())))
+    assert [(r["better"], r["worse"], r["n"], r["verdict"]) for r in pairs] == [
+        ("c", "b", "2", "within noise"), ("c", "a", "2", "within noise"), ("b", "a", "2", "within noise")]
+    assert float(pairs[0]["mean_diff"]) == pytest.approx(0.175) and float(pairs[0]["p"]) == pytest.approx(0.0903, abs=1e-3)
     path = plots.write_curves(grid, agreeing_records(), tmp_path)
     assert path.read_bytes()[:4] == b"\x89PNG"
     plots.write_curves(grid, [], tmp_path / "empty")      # no records: still a PNG
@@ -198,3 +202,14 @@ def test_dirty_records_are_marked():
     assert f"`{SHA[:12]}` (dirty, diff sha256 `{'ab' * 6}`)" in md
     assert "**Made from a dirty working tree: not reproducible from the commit alone.**" in md
     assert "dirty" not in tables.markdown(tables.build_table(make_grid(), agreeing_records(), seeds=2))
+
+
+def test_commands_are_listed_and_a_paper_tie_makes_no_claim():
+    records = [dict(r, command="edge-jax grid ablations/toy.py --seeds 2") for r in agreeing_records()]
+    md = tables.markdown(tables.build_table(make_grid(), records, seeds=2))
+    assert "Made by `edge-jax grid ablations/toy.py --seeds 2`." in md
+    assert "Made by" not in tables.markdown(tables.build_table(make_grid(), agreeing_records(), seeds=2))
+    many = [dict(r, command=f"edge-jax grid ablations/toy.py --cell {k}") for k, r in enumerate(agreeing_records())]
+    assert "--cell 2` and 3 other command(s)." in tables.markdown(tables.build_table(make_grid(), many, seeds=2))
+    tied = tables.build_table(make_grid(values={"a": 50.0, "b": 50.0, "c": 50.0}), agreeing_records(), seeds=2)
+    assert tied.pairs == [] and "**Paper's ordered pairs: none** (the paper ranks the 3 cells" in tables.markdown(tied)

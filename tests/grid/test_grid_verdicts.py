@@ -48,6 +48,16 @@ def test_judge_signs_pairs_by_direction_and_uses_common_seeds():
     assert verdicts.headline([lower, higher]) == "1 agree, 1 disagree, 0 within noise"
 
 
+def test_judge_leaves_out_a_seed_with_nan_and_needs_two_paired_seeds():
+    nan = float("nan")
+    values = {"a": {0: 1.0, 1: nan, 2: 1.2, 3: 1.1}, "b": {0: 2.0, 1: 2.0, 2: 2.2, 3: 2.3}, "c": {0: 3.0, 5: 3.0}}
+    pairs = {p.name: p.test for p in verdicts.judge(values, {"a": 1, "b": 2, "c": 3}, lower_is_better=True)}
+    assert pairs["a>b"].n == 3 and pairs["a>b"].mean == pytest.approx(1.0667, abs=1e-4)
+    assert pairs["a>c"].n == 1 and pairs["a>c"].verdict == "n/a" and pairs["a>c"].p is None
+    assert verdicts.headline(list(verdicts.judge(values, {"a": 1, "b": 2, "c": 3}, True))).endswith(
+        ", 2 n/a (fewer than 2 paired seeds)")
+
+
 @pytest.mark.parametrize("explanations, message", [
     ({"a>zz": "x"}, "must be \"cellA>cellB\" naming two cells"),
     ({"a": "x"}, "must be \"cellA>cellB\""),
