@@ -34,6 +34,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="extra config override for every cell (repeatable)")
     parser.add_argument("--no-reuse", action="store_true",
                         help="train every cell even if a sibling grid holds a run with the same config")
+    parser.add_argument("--no-post", action="store_true",
+                        help="do not run the grid's post hook (its figures and measurements stay as they are: "
+                             "e.g. rebuilding tables on a busy machine whose post hook times decoding)")
     parser.add_argument("--allow-dirty", action="store_true",
                         help="write records from a working tree with uncommitted changes (they keep the sha256 "
                              "of `git diff HEAD` and the table is marked); refused by default")
@@ -124,7 +127,9 @@ def run(args: argparse.Namespace, *, train_fn: runner.TrainFn | None = None,
     curves = tables.has_curves(table.records)
     if curves:
         plots.write_curves(grid, records, out)
-    if grid.post and records and args.cell is not None:
+    if grid.post and records and getattr(args, "no_post", False):
+        log(f"{grid.post}: not run (--no-post)")
+    elif grid.post and records and args.cell is not None:
         log(f"{grid.post}: skipped with --cell (it reads every cell); run --tables-only when the grid is done")
     elif grid.post and records:
         module, _, fn = grid.post.partition(":")

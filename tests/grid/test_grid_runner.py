@@ -367,3 +367,12 @@ def test_records_from_a_dirty_tree_are_not_reused_by_a_clean_grid(repo_ablation,
     train = FakeTrain()
     rc, _ = cli([repo_ablation, "--out", tmp_path / "results" / "toy_b", "--seeds", 1], train)
     assert rc == 0 and len(train.calls) == 3
+
+
+def test_no_post_skips_the_post_hook(ablation, tmp_path):
+    ablation.write_text(ablation.read_text().replace('"notes": "toy notes",', '"notes": "toy notes", "post": "os:no_such"'))
+    out = tmp_path / "out"
+    rc, logs = cli([ablation, "--out", out, "--seeds", 1, "--no-post"], FakeTrain())
+    assert rc == 0 and "os:no_such: not run (--no-post)" in logs
+    with pytest.raises(AttributeError):      # without the flag the (missing) hook is called
+        cli([ablation, "--out", out, "--seeds", 1, "--tables-only"])
