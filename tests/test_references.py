@@ -223,12 +223,17 @@ def causal_inputs(key, dtype):
 # ---------------------------------------------------------------- the table
 
 
-def _capacity_fast(x, ids, w, score, valid, experts, plan):
-    return moe.capacity_moe(x, ids, w, score, valid, experts, plan)[0]
+def _capacity_fast(x, ids, w, score, valid, experts, plan, overflow="drop"):
+    return moe.capacity_moe(x, ids, w, score, valid, experts, plan, overflow=overflow)[0]
 
 
 def _capacity_reference(x, ids, w, score, valid, experts, plan):
     return moe.moe_reference(x, ids, w, experts, score, valid, plan.capacity)
+
+
+def _overflow_fallback_reference(x, ids, w, score, valid, experts, plan):
+    """The overflow runs exactly on the fallback path: nothing is dropped, the output is dropless."""
+    return moe.moe_reference(x, ids, w, experts, valid_N=valid)
 
 
 def _moe_reference(x, ids, w, experts):
@@ -262,6 +267,8 @@ CASES = [
     Case("moe/dropless", moe.dropless, _moe_reference, moe_inputs),
     Case("moe/ragged", moe.ragged, _moe_reference, moe_inputs),
     Case("moe/capacity_fallback", _capacity_fast, _capacity_reference, P(moe_inputs, with_plan=True)),
+    Case("moe/capacity_overflow_fallback", P(_capacity_fast, overflow="fallback"), _overflow_fallback_reference,
+         P(moe_inputs, with_plan=True)),
     # the Pallas kernels (interpreted here; tests/layers/kernels/ has their ragged cases and TPU compiles)
     Case("kernel/expert_ffn", P(kffn.expert_ffn, block_c=8, block_f=128), kffn.expert_ffn_reference,
          expert_group_inputs),

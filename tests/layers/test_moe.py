@@ -72,6 +72,31 @@ def test_capacity_strategies_match_the_loop(drop):
         x, ids, w, score, valid)[1]["dropped"]) > 0  # the uniform plan above really drops
 
 
+@pytest.mark.parametrize("dtype", [jnp.float32, jnp.bfloat16])
+def test_overflow_fallback_is_exact(dtype):
+    """moe.overflow=fallback: the overflow runs on the exact path, so every plan, down to capacity 1 (nearly
+    everything overflows), gives the dropless output; nothing is dropped, the overflow counts as fallback."""
+    x, ids, w, sal, experts = routed(dtype=dtype)
+    n = x.shape[0]
+    valid = jnp.arange(n) < n - 7  # a padded last chunk
+    f32 = tuple(a.astype(jnp.float32) for a in experts)
+    exact = execute.moe_reference(x.astype(jnp.float32), ids, w.astype(jnp.float32), f32, valid_N=valid)
+    plans = {**_plans(ids), "uniform_c1_g8": uniform_plan(8, 1, 8), "uniform_c1_g1": uniform_plan(8, 1, 1),
+             "uniform_c3_g2": uniform_plan(8, 3, 2)}
+    out = jax.jit(lambda *a: {(name, o): execute.capacity_moe(*a, experts, p, overflow=o)  # one compile
+                              for name, p in plans.items() for o in ("drop", "fallback")})(x, ids, w, sal, valid)
+    for name in plans:
+        (y, s), (_, d) = out[name, "fallback"], out[name, "drop"]
+        assert rel_err(y, exact) < TOL[dtype], name
+        s, d = {k: int(v) for k, v in s.items()}, {k: int(v) for k, v in d.items()}
+        assert s["dropped"] == 0 and s["fallback"] == d["fallback"] + d["dropped"], name
+        assert s["routed"] == s["kept"] + s["fallback"] and (s["kept"], s["padded"]) == (d["kept"], d["padded"]), name
+        if name.startswith("uniform_c1_"):
+            assert d["dropped"] > 0.8 * d["routed"], name  # capacity 1 overflows heavily
+    with pytest.raises(ConfigError, match="moe.overflow"):
+        execute.capacity_moe(x, ids, w, sal, valid, experts, plans["tiers"], overflow="spill")
+
+
 def test_saliency_keeps_the_most_salient_copies():
     x, ids, w, sal, experts = routed(n=32, e=4, k=1)
     plan = uniform_plan(4, 3, 4)
@@ -97,17 +122,22 @@ def test_plans():
         LayerPlan((4, 8), ((0, 1),))
 
 
-def tiny_moe(strategy="dropless", plans=(), chunk=24, **kw):
+def tiny_moe(strategy="dropless", plans=(), chunk=24, overflow="drop", **kw):
     cfg = ModelConfig(vocab_size=64, d_model=16, n_layers=2, n_heads=2, n_kv_heads=1, head_dim=8, d_ff=32,
                       moe_experts=8, moe_top_k=2, moe_d_ff=12, moe_aux_weight=0.01,
-                      moe_exec=MoEExec(strategy, chunk, "saliency", plans), **kw)
+                      moe_exec=MoEExec(strategy, chunk, "saliency", plans, overflow), **kw)
     return DecoderLM(cfg)
 
 
-def test_decoder_strategies_agree_when_nothing_drops():
+def _tiny_params():
     tokens = jax.random.randint(jax.random.key(0), (2, 20), 0, 64)  # 40 tokens: chunks of 24, last one padded
     params = jax.jit(tiny_moe().init)(jax.random.key(1), tokens)["params"]
     params = jax.tree_util.tree_map(lambda a: a + 0.2 * jax.random.normal(jax.random.key(2), a.shape), params)
+    return tokens, params
+
+
+def test_decoder_strategies_agree_when_nothing_drops():
+    tokens, params = _tiny_params()
     ref = jax.jit(tiny_moe().apply)({"params": params}, tokens)
     roomy = (uniform_plan(8, 24, 4),) * 2
     for model in (tiny_moe("ragged"), tiny_moe("uniform", roomy), tiny_moe("npumoe", (tiered_plan(
@@ -119,6 +149,31 @@ def test_decoder_strategies_agree_when_nothing_drops():
     stats = inter["intermediates"]["layers_0"]["moe"]["moe_stats"][0]
     assert int(stats["dropped"]) > 0 and rel_err(logits, ref) > 1e-3
     assert float(auxiliary_loss(inter)) > 0 and "ffn" not in params["layers_0"]
+
+
+@pytest.mark.parametrize("kernels", ["xla", "pallas"])
+def test_decoder_overflow_fallback_equals_dropless(kernels):
+    """The model forward (per-chunk vmap, the exact path once for all chunks) with moe.overflow=fallback gives
+    the dropless logits at capacities that overflow heavily, with and without cold experts; under
+    model.kernels=pallas too (the static buffers are unchanged). moe_stats: nothing dropped."""
+    tokens, params = _tiny_params()
+    ref = jax.jit(tiny_moe(kernels=kernels).apply)({"params": params}, tokens)
+    cold = tiered_plan(np.arange(8, 0, -1), 24, 2, multipliers=(0.25,), group=2, hot_fraction=0.5)
+    cases = [(plans, o) for plans in ((uniform_plan(8, 1, 8),) * 2, (uniform_plan(8, 3, 1),) * 2, (cold,) * 2)
+             for o in ("fallback", "drop")]
+    models = [tiny_moe("npumoe" if plans[0].fallback else "uniform", plans, overflow=o, kernels=kernels)
+              for plans, o in cases]
+    out = jax.jit(lambda p, t: [m.apply(p, t, mutable=["intermediates"]) for m in models])(  # one compile
+        {"params": params}, tokens)
+    if kernels == "pallas":
+        assert "pallas_call" in str(jax.make_jaxpr(models[0].apply)({"params": params}, tokens))
+    for i in range(0, len(cases), 2):
+        plans, ((got, inter), (dropped, inter_d)) = cases[i][0], out[i:i + 2]
+        s = {k: int(v) for k, v in inter["intermediates"]["layers_0"]["moe"]["moe_stats"][0].items()}
+        d = {k: int(v) for k, v in inter_d["intermediates"]["layers_0"]["moe"]["moe_stats"][0].items()}
+        assert rel_err(got, ref) < 1e-5 and rel_err(dropped, ref) > 1e-3, plans[0]
+        assert s["dropped"] == 0 < d["dropped"] and s["fallback"] == d["fallback"] + d["dropped"] > 0, plans[0]
+        assert s["routed"] == 80 == s["kept"] + s["fallback"], plans[0]
 
 
 def test_moe_layers_subset():
@@ -134,6 +189,8 @@ def test_moe_layers_subset():
     ({"moe.strategy": "npumoe"}, "applies to MoE models"),
     ({"model.moe_experts": 4, "moe.strategy": "npumoe"}, "needs calibrated expert loads"),
     ({"model.moe_experts": 4, "moe.strategy": "uniform", "moe.capacity": 16, "moe.drop": "random"}, "moe.drop"),
+    ({"model.moe_experts": 4, "moe.strategy": "uniform", "moe.capacity": 16, "moe.overflow": "spill"},
+     "unknown moe.overflow value 'spill'"),
     ({"model.moe_experts": 4, "model.moe_layers": (7,)}, "moe_layers"),
     ({"model.moe_experts": 4, "moe.hot_fraction": 0.0}, "hot_fraction"),
 ])

@@ -7,10 +7,12 @@ weights ``w_NK``, and the stacked SwiGLU expert weights ``experts = (gate_EDF, u
 - :func:`ragged`: the token copies sorted by expert and run with ``jax.lax.ragged_dot`` (exact).
 - :func:`capacity_moe`: NPUMoE §4.1-4.3 under a :class:`~edge_jax.layers.moe.plan.LayerPlan`: each static
   group of same-capacity experts is one dense call on a zero-padded ``[G, C, d]`` buffer (the
-  ``expert_ffn`` Pallas kernel under ``model.kernels``, :mod:`edge_jax.layers.kernels.expert_ffn`), tokens
-  beyond an expert's capacity are dropped lowest-score first (``score``: the saliency, or minus the
-  position), valid rows are scattered back weighted by the router; fallback experts take the exact
-  ragged path.
+  ``expert_ffn`` Pallas kernel under ``model.kernels``, :mod:`edge_jax.layers.kernels.expert_ffn`), the
+  token copies beyond an expert's capacity (its overflow) leave the buffer lowest-score first (``score``:
+  the saliency, or minus the position), valid rows are scattered back weighted by the router; fallback
+  experts take the exact ragged path. The overflow is dropped (``overflow="drop"``) or run exactly on that
+  same fallback path (``overflow="fallback"``: nothing is dropped, the output is the dropless one).
+  :func:`static_moe` is its static part, which leaves the exact path to the caller.
 - :func:`host_experts`: NPUMoE's CPU fallback: the given experts in numpy on the host, each on
   exactly the tokens it got (dynamic shapes, no padding); the runtime's path for cold experts.
 - :func:`moe_reference`: a Python loop over experts, the test reference for all of them.
@@ -27,7 +29,13 @@ import numpy as np
 
 from edge_jax.layers.kernels.expert_ffn import grouped_swiglu, swiglu
 from edge_jax.layers.moe.plan import LayerPlan
-from edge_jax.layers.moe.strategies import DROP_POLICIES, MOE_STRATEGIES, Strategy
+from edge_jax.layers.moe.strategies import (
+    DROP_POLICIES,
+    MOE_STRATEGIES,
+    OVERFLOW_POLICIES,
+    Overflow,
+    Strategy,
+)
 
 
 def flat_copies(ids_NK, w_NK):
@@ -44,8 +52,9 @@ def dropless(x_ND, ids_NK, w_NK, experts):
     return jnp.einsum("ne,end->nd", combine_NE.astype(y_END.dtype), y_END)
 
 
-def ragged(x_ND, ids_NK, w_NK, experts, subset: tuple[int, ...] | None = None):
-    """Exact: every token copy routed to an expert of ``subset`` (default: all) runs that expert."""
+def ragged(x_ND, ids_NK, w_NK, experts, subset: tuple[int, ...] | None = None, mask_NK=None):
+    """Exact: every token copy routed to an expert of ``subset`` (default: all) runs that expert; with
+    ``mask_NK`` (bool ``[N, K]``) only the copies it marks."""
     gate, up, down = experts
     n_experts = gate.shape[0]
     subset = tuple(range(n_experts)) if subset is None else tuple(subset)
@@ -53,6 +62,8 @@ def ragged(x_ND, ids_NK, w_NK, experts, subset: tuple[int, ...] | None = None):
     local[list(subset)] = np.arange(len(subset))
     e_A, t_A, w_A = flat_copies(ids_NK, w_NK)
     key_A = jnp.asarray(local)[e_A]
+    if mask_NK is not None:  # unmarked copies sort last too
+        key_A = jnp.where(mask_NK.reshape(-1), key_A, len(subset))
     order = jnp.argsort(key_A, stable=True)
     sizes = jnp.bincount(key_A, length=len(subset) + 1)[:len(subset)].astype(jnp.int32)
     idx = jnp.asarray(subset)
@@ -107,13 +118,23 @@ def scatter_rows(x_ND, ys_GCD, slot_A, kept_A, w_NK):
     return jnp.zeros_like(x_ND).at[t_A].add(y_RD[slot_A] * jnp.where(kept_A, w_A, 0)[:, None].astype(x_ND.dtype))
 
 
-def capacity_moe(x_ND, ids_NK, w_NK, score_N, valid_N, experts, plan: LayerPlan, fallback: bool = True,
-                 kernels: str = "xla"):
-    """``(y_ND, stats)``; stats count token copies: ``routed`` (valid), ``kept`` and ``dropped`` on the
-    static path, ``fallback`` rows, and the static buffer's ``padded`` rows. ``fallback=False`` leaves
-    the fallback experts' (exact, chunk-independent) share out of ``y_ND`` for the caller to add, e.g.
-    once for all chunks (``ragged_dot`` does not batch under ``vmap``). ``kernels``: ``model.kernels``
-    for the static groups (:func:`~edge_jax.layers.kernels.expert_ffn.grouped_swiglu`)."""
+def exact_copies(ids_NK, valid_N, kept_A, static_A, overflow: str = "drop"):
+    """``[N, K]`` bool: the token copies the exact fallback path runs: the valid copies of the fallback
+    experts and, when ``overflow`` runs it exactly, the static experts' overflow (every valid copy not
+    kept in the buffer)."""
+    _, t_A, _ = flat_copies(ids_NK, ids_NK)
+    left_A = ~kept_A if OVERFLOW_POLICIES.get(overflow).exact else ~static_A
+    return (valid_N[t_A] & left_A).reshape(ids_NK.shape)
+
+
+def static_moe(x_ND, ids_NK, w_NK, score_N, valid_N, experts, plan: LayerPlan, overflow: str = "drop",
+               kernels: str = "xla"):
+    """The static part of :func:`capacity_moe`: ``(y_ND, exact_NK, stats)``. ``y_ND`` holds the static
+    groups' share only; ``exact_NK`` marks the copies left for the exact path (:func:`exact_copies`),
+    which the caller runs over ``plan.exact_experts(...)``, e.g. once for all chunks (``ragged_dot`` does
+    not batch under ``vmap``). Stats count token copies: ``routed`` (valid), ``kept`` in the buffer,
+    ``dropped`` (overflow, 0 when it runs exactly), ``fallback`` (on the exact path: the fallback experts'
+    copies, plus the overflow when it runs exactly), and the buffer's ``padded`` rows."""
     gate, up, down = experts
     slot_A, kept_A, static_A = pack(ids_NK, score_N, valid_N, plan)
     count_E = kept_counts(ids_NK, kept_A, plan.n_experts)
@@ -122,12 +143,23 @@ def capacity_moe(x_ND, ids_NK, w_NK, score_N, valid_N, experts, plan: LayerPlan,
         idx = np.asarray(g)
         ys.append(grouped_swiglu(x_GCD, gate[idx], up[idx], down[idx], count_E[idx], kernels))
     y_ND = scatter_rows(x_ND, ys, slot_A, kept_A, w_NK)
-    if plan.fallback and fallback:
-        y_ND = y_ND + ragged(x_ND, ids_NK, w_NK * valid_N[:, None], experts, plan.fallback)
     routed = jnp.sum(valid_N) * ids_NK.shape[1]
     kept, static = jnp.sum(kept_A), jnp.sum(static_A)
-    stats = {"routed": routed, "kept": kept, "dropped": static - kept, "fallback": routed - static,
+    dropped = jnp.zeros_like(kept) if OVERFLOW_POLICIES.get(overflow).exact else static - kept
+    stats = {"routed": routed, "kept": kept, "dropped": dropped, "fallback": routed - kept - dropped,
              "padded": plan.buffer_rows - kept}
+    return y_ND, exact_copies(ids_NK, valid_N, kept_A, static_A, overflow), stats
+
+
+def capacity_moe(x_ND, ids_NK, w_NK, score_N, valid_N, experts, plan: LayerPlan, kernels: str = "xla",
+                 overflow: str = "drop"):
+    """``(y_ND, stats)`` for one chunk: :func:`static_moe`, plus the exact path (the fallback experts and,
+    with ``overflow="fallback"``, the overflow) as one ragged call. ``kernels``: ``model.kernels`` for
+    the static groups (:func:`~edge_jax.layers.kernels.expert_ffn.grouped_swiglu`)."""
+    y_ND, exact_NK, stats = static_moe(x_ND, ids_NK, w_NK, score_N, valid_N, experts, plan, overflow, kernels)
+    subset = plan.exact_experts(OVERFLOW_POLICIES.get(overflow).exact)
+    if subset:
+        y_ND = y_ND + ragged(x_ND, ids_NK, w_NK, experts, subset, exact_NK)
     return y_ND, stats
 
 
@@ -143,13 +175,15 @@ def chunked(x_ND, ids_NK, w_NK, saliency_N, chunk: int, drop: str):
     return tuple(a.reshape(-1, chunk, *a.shape[1:]) for a in (*padded[:3], score_N, valid_N))
 
 
-def host_experts(x_ND, ids_NK, w_NK, valid_N, experts, subset) -> np.ndarray:
+def host_experts(x_ND, ids_NK, w_NK, valid_N, experts, subset, mask_NK=None) -> np.ndarray:
     """The experts of ``subset`` on the host (numpy; ``experts`` numpy arrays), each on the valid token
-    copies routed to it, weighted; float32 accumulation."""
+    copies routed to it (with ``mask_NK``: those it marks), weighted; float32 accumulation."""
     gate, up, down = experts
     x, ids, w = np.asarray(x_ND), np.asarray(ids_NK), np.asarray(w_NK)
     out = np.zeros(x.shape, np.float32)
     routed = (ids[..., None] == np.asarray(subset)) & np.asarray(valid_N)[:, None, None]
+    if mask_NK is not None:
+        routed &= np.asarray(mask_NK)[..., None]
     for j, e in enumerate(subset):
         toks, ks = np.nonzero(routed[..., j])
         if len(toks):
@@ -187,3 +221,5 @@ MOE_STRATEGIES.register("uniform", Strategy(True))
 MOE_STRATEGIES.register("npumoe", Strategy(True))
 DROP_POLICIES.register("saliency", lambda saliency_N, chunk: saliency_N)  # NPUMoE §3.2
 DROP_POLICIES.register("position", lambda saliency_N, chunk: -(jnp.arange(saliency_N.shape[0]) % chunk))
+OVERFLOW_POLICIES.register("drop", Overflow(exact=False))  # NPUMoE §4.1: pruned
+OVERFLOW_POLICIES.register("fallback", Overflow(exact=True))  # run exactly beside the cold experts

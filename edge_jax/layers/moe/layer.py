@@ -7,6 +7,8 @@ itself or, with ``renormalize``, ``p / sum(top-k p)``. Execution follows
 split the ``B*T`` tokens into prefill chunks of ``execution.chunk`` tokens that each get the plan's
 capacities (the last chunk is padded with invalid tokens); ``kernels`` (``model.kernels``) picks how
 the static groups run: XLA or the ``expert_ffn`` Pallas kernel (:mod:`edge_jax.layers.kernels.expert_ffn`).
+The exact path (the fallback experts, and with ``execution.overflow="fallback"`` every chunk's overflow)
+is one ragged call over all the chunks' tokens.
 
 Sown per call: ``intermediates/routing`` = {``ids`` top-k experts [B,T,K], ``probs`` their router
 probabilities, ``weights`` the combine weights, ``saliency`` [B,T], ``x`` the layer input [B,T,D]} for
@@ -26,11 +28,11 @@ from edge_jax.errors import ConfigError
 from edge_jax.layers.kernels import backend
 from edge_jax.layers.moe import execute
 from edge_jax.layers.moe.plan import LayerPlan, MoEExec
-from edge_jax.layers.moe.strategies import DROP_POLICIES, MOE_STRATEGIES
+from edge_jax.layers.moe.strategies import DROP_POLICIES, MOE_STRATEGIES, OVERFLOW_POLICIES
 from edge_jax.registry import SECTIONS, Section
 from edge_jax.sharding import per_shard
 
-STAT_KEYS = ("routed", "kept", "dropped", "fallback", "padded")  # execute.capacity_moe's stats
+STAT_KEYS = ("routed", "kept", "dropped", "fallback", "padded")  # execute.static_moe's stats
 
 
 class MoE(nn.Module):
@@ -86,28 +88,31 @@ class MoE(nn.Module):
         if self.plan.n_experts != self.n_experts:
             raise ValueError(f"the capacity plan has {self.plan.n_experts} experts but the layer has "
                              f"{self.n_experts}; recalibrate with edge-jax moe calibrate")
+        n, top_k = ids_NK.shape
         chunks = execute.chunked(x_ND, ids_NK, w_NK, sal_N, self.execution.chunk, self.execution.drop)
-        y_CnD, stats = self._chunks(chunks, experts)
+        y_CnD, exact_CnK, stats = self._chunks(chunks, experts)
         self.sow("intermediates", "moe_stats", {k: jnp.sum(v) for k, v in stats.items()})
-        y_ND = y_CnD.reshape(-1, x_ND.shape[-1])[:x_ND.shape[0]]
-        if self.plan.fallback:
-            y_ND = y_ND + execute.ragged(x_ND, ids_NK, w_NK, experts, self.plan.fallback)
+        y_ND = y_CnD.reshape(-1, x_ND.shape[-1])[:n]
+        subset = self.plan.exact_experts(self.execution.exact_overflow)
+        if subset:  # the fallback experts (and the overflow), exactly, once for all chunks
+            y_ND = y_ND + execute.ragged(x_ND, ids_NK, w_NK, experts, subset, exact_CnK.reshape(-1, top_k)[:n])
         return y_ND
 
     def _chunks(self, chunks, experts):
-        """``capacity_moe`` on every prefill chunk (vmapped). With the ``expert_ffn`` kernel, which XLA
+        """``static_moe`` on every prefill chunk (vmapped). With the ``expert_ffn`` kernel, which XLA
         cannot partition, each device runs its own chunks on a mesh (experts whole on every device)."""
         def run(*arrays):
             *chunk_arrays, gate, up, down = arrays
-            y, stats = jax.vmap(lambda *a: execute.capacity_moe(*a, (gate, up, down), self.plan, fallback=False,
-                                                                kernels=self.kernels))(*chunk_arrays)
-            return (y, *(stats[k] for k in STAT_KEYS))
+            y, exact, stats = jax.vmap(lambda *a: execute.static_moe(
+                *a, (gate, up, down), self.plan, self.execution.overflow, self.kernels))(*chunk_arrays)
+            return (y, exact, *(stats[k] for k in STAT_KEYS))
 
         if backend.use_pallas(self.kernels, "expert_ffn"):
             rows = [("batch",) + (None,) * (a.ndim - 1) for a in chunks]
-            run = per_shard(run, (*rows, *[(None, None, None)] * 3), (rows[0],) + (("batch",),) * len(STAT_KEYS))
-        y_CnD, *stats = run(*chunks, *experts)
-        return y_CnD, dict(zip(STAT_KEYS, stats))
+            run = per_shard(run, (*rows, *[(None, None, None)] * 3),
+                            (rows[0], ("batch", None, None)) + (("batch",),) * len(STAT_KEYS))
+        y_CnD, exact_CnK, *stats = run(*chunks, *experts)
+        return y_CnD, exact_CnK, dict(zip(STAT_KEYS, stats))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -126,10 +131,12 @@ class MoEKeys:
 @dataclasses.dataclass(frozen=True)
 class ExecutionKeys:
     """``moe.*`` keys of how the MoE layers execute (:class:`MoEExec`): the strategy, the prefill
-    chunk whose tokens share one set of capacities, and the overflow drop policy."""
+    chunk whose tokens share one set of capacities, which overflow leaves the buffer first (``drop``),
+    and what happens to it (``overflow``: ``drop`` it, or run it exactly on the ``fallback`` path)."""
     strategy: str = "dropless"
     chunk: int = 512
     drop: str = "saliency"
+    overflow: str = "drop"
 
 
 def _validate_model(c) -> None:
@@ -150,6 +157,7 @@ def _validate_execution(c) -> None:
     x = c.moe
     MOE_STRATEGIES.check(x.strategy)
     DROP_POLICIES.check(x.drop)
+    OVERFLOW_POLICIES.check(x.overflow)
     if not c.model.moe_experts and x.strategy != "dropless":
         raise ConfigError(f"moe.strategy={x.strategy!r} applies to MoE models; set model.moe_experts > 0")
     if x.chunk <= 0:

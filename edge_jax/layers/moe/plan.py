@@ -7,6 +7,9 @@ A :class:`LayerPlan` fixes every shape a layer's expert execution needs, per pre
   ``[G, capacity, d]`` buffer (NPUMoE §4.2);
 - ``fallback``: cold experts run on the exact ragged path, with no capacity and no padding (§4.3).
 
+The copies routed to a static expert beyond its capacity (its overflow) are dropped, or with
+``MoEExec.overflow="fallback"`` run on the exact path beside the fallback experts.
+
 Plans are built from numbers only: :func:`uniform_plan` gives every expert one capacity (the
 Fig. 17 "base" and the Table 5 grid), :func:`tiered_plan` follows the calibrated load of each expert
 (static tiers, grouping by tier and popularity, hot/cold residency). :mod:`edge_jax.papers.npumoe.calibrate`
@@ -19,7 +22,7 @@ import math
 
 import numpy as np
 
-from edge_jax.layers.moe.strategies import MOE_STRATEGIES
+from edge_jax.layers.moe.strategies import MOE_STRATEGIES, OVERFLOW_POLICIES
 
 
 @dataclasses.dataclass(frozen=True)
@@ -54,6 +57,15 @@ class LayerPlan:
         """Expert calls dispatched per chunk: one per static group, one for the fallback experts."""
         return len(self.groups) + (1 if self.fallback else 0)
 
+    def exact_experts(self, exact_overflow: bool = False) -> tuple[int, ...]:
+        """Experts whose copies may take the exact fallback path: the fallback experts and, when the
+        overflow runs exactly, every expert (any static one can overflow)."""
+        return tuple(range(self.n_experts)) if exact_overflow else self.fallback
+
+    def expert_calls(self, exact_overflow: bool = False) -> int:
+        """:attr:`calls`, counting the exact path's call when only the overflow needs it."""
+        return len(self.groups) + (1 if self.exact_experts(exact_overflow) else 0)
+
     def order(self) -> tuple[int, ...]:
         """Static experts in buffer order: group after group."""
         return tuple(e for g in self.groups for e in g)
@@ -70,15 +82,22 @@ class LayerPlan:
 @dataclasses.dataclass(frozen=True)
 class MoEExec:
     """How the MoE layers execute: the strategy, the prefill chunk (tokens that share one set of
-    capacities), the overflow policy, and one plan per MoE layer for ``uniform`` / ``npumoe``."""
+    capacities), which overflow leaves the buffer first (``drop``), one plan per MoE layer for
+    ``uniform`` / ``npumoe``, and what happens to the overflow (``overflow``: dropped or run exactly)."""
     strategy: str = "dropless"
     chunk: int = 512
     drop: str = "saliency"
     plans: tuple[LayerPlan, ...] = ()
+    overflow: str = "drop"
 
     @property
     def capacity_bound(self) -> bool:
         return MOE_STRATEGIES.get(self.strategy).capacity_bound
+
+    @property
+    def exact_overflow(self) -> bool:
+        """Whether the overflow runs on the exact fallback path instead of being dropped."""
+        return OVERFLOW_POLICIES.get(self.overflow).exact
 
 
 def base_capacity(chunk: int, top_k: int, n_experts: int) -> int:

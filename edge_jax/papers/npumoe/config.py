@@ -1,5 +1,5 @@
 """NPUMoE's ``moe.*`` keys: calibrated capacity plans (§4), beside the MoE layer's own execution keys
-(``moe.strategy``, ``moe.chunk``, ``moe.drop``: :mod:`edge_jax.layers.moe.layer`).
+(``moe.strategy``, ``moe.chunk``, ``moe.drop``, ``moe.overflow``: :mod:`edge_jax.layers.moe.layer`).
 
 ``uniform`` gives every expert ``capacity`` rows per prefill chunk (0: the calibrated busiest
 estimate I * base); ``npumoe`` uses the calibrated plan: static tiers (``tier_multipliers`` x base),

@@ -108,7 +108,7 @@ def latency_per_token(model, params, inputs, repeats: int = 10) -> float:
     total = 0.0
     for li, layer in enumerate(model.cfg.moe_layer_ids()):
         experts = _experts(params, layer)
-        rt = LayerRuntime(ex.plans[li], experts)
+        rt = LayerRuntime(ex.plans[li], experts, overflow=ex.overflow)
         chunks = []
         for batch_layers in inputs:
             parts = execute.chunked(*(jnp.asarray(a) for a in batch_layers[li]), ex.chunk, ex.drop)
@@ -125,7 +125,8 @@ def moe_metrics(run, params, batches, time_batches: int = 0) -> dict:
     got = routing_pass(model, params, batches, keep_inputs=False) if ex.strategy != "dropless" else ref
     s = got.stats
     computed = s["kept"] + s["padded"] + s["fallback"]
-    calls = [p.calls for p in ex.plans] if ex.capacity_bound else [1] * len(model.cfg.moe_layer_ids())
+    calls = ([p.expert_calls(ex.exact_overflow) for p in ex.plans] if ex.capacity_bound
+             else [1] * len(model.cfg.moe_layer_ids()))
     out = {"moe/val_loss": got.loss, "moe/dropless_val_loss": ref.loss,
            "moe/val_loss_change_pct": 100 * (got.loss - ref.loss) / ref.loss,
            "moe/accuracy": 100 * got.accuracy, "moe/dropless_accuracy": 100 * ref.accuracy,

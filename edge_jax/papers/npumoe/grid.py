@@ -4,6 +4,11 @@ The MoE LM is trained once per seed (the ``moe`` stage, ``configs/npumoe.py``); 
 evaluates it (``train.steps=0``) under one execution: it calibrates on the training split when its
 strategy needs loads, compares the strategy with dropless on the validation batches, and times the
 MoE layers with the NPUMoE runtime (:mod:`edge_jax.papers.npumoe.runtime`) on real hidden states.
+
+Table 5 (group size x per-expert capacity) has two grids built by :func:`group_capacity_grid`, one per
+``moe.overflow`` policy: ``npumoe_group_capacity`` drops the overflow by saliency, as NPUMoE §4.1
+describes; ``npumoe_group_capacity_fallback`` runs it exactly on the fallback path (the host CPU in the
+runtime), so every cell does the same work and only the static shapes differ.
 """
 from __future__ import annotations
 
@@ -20,6 +25,12 @@ ABLATION = {
     "tiers_grouping": {"moe.strategy": "npumoe", "moe.group": 4, "moe.residency": False},
     "all": {"moe.strategy": "npumoe", "moe.group": 4, "moe.residency": True},
 }
+# Table 5 (NPUMoE §5.7): every expert at one capacity per 512-token chunk, ``group`` experts per call.
+TABLE5_GROUPS = (1, 4, 8, 16)
+TABLE5_CAPACITIES = (16, 32, 64, 96, 128)
+# ms/token stated in NPUMoE §5.7 (Table 5 itself is an image): 1x32, 4x32, 8x32, 1x64, 4x64, 8x64, 1x128.
+TABLE5_PAPER_MS = {"g1_c32": 0.31, "g4_c32": 0.27, "g8_c32": 0.26, "g1_c64": 0.23, "g4_c64": 0.19,
+                   "g8_c64": 0.18, "g1_c128": 0.16}
 
 
 def _spec(preset: str) -> str:
@@ -56,3 +67,20 @@ def grid(preset: str, name: str, title: str, cells: dict, paper: dict, text: str
         "cells": cells, "metric": metric, "lower_is_better": lower_is_better, "extra_metrics": extra,
         "paper": paper, "notes": notes(preset, text),
     }
+
+
+def group_capacity_cells(overflow: str = "drop") -> dict:
+    """Table 5's cells ``g<group>_c<capacity>``: ``moe.strategy=uniform`` at each capacity and group size;
+    ``overflow`` other than the default ``drop`` is set as ``moe.overflow`` (the drop cells keep the
+    overrides they always had)."""
+    extra = {} if overflow == "drop" else {"overflow": overflow}
+    return {f"g{g}_c{c}": cell(strategy="uniform", capacity=c, group=g, **extra)
+            for c in TABLE5_CAPACITIES for g in TABLE5_GROUPS}
+
+
+def group_capacity_grid(preset: str, name: str, title: str, overflow: str, text: str) -> dict:
+    """Table 5 under one ``moe.overflow`` policy, against the paper's stated latencies."""
+    cells = group_capacity_cells(overflow)
+    return grid(preset, name, title, cells,
+                {"metric": "ms per token (PhiMoE prefill, M2 Ultra)", "higher_is_better": False,
+                 "values": {c: TABLE5_PAPER_MS.get(c) for c in cells}, "source": "NPUMoE §5.7 / Table 5"}, text)

@@ -28,7 +28,7 @@ def moe_exec(config, loads_LE=None) -> MoEExec:
     """The execution of ``config.moe``. Calibrated loads come from ``loads_LE`` or the ``moe.plan``
     file; without either, a strategy that needs them gets no plans (calibrate, then call again)."""
     x = config.moe
-    base = MoEExec(x.strategy, x.chunk, x.drop)
+    base = MoEExec(x.strategy, x.chunk, x.drop, overflow=x.overflow)
     if x.strategy in ("dropless", "ragged"):
         return base
     if loads_LE is None and needs_calibration(config):

@@ -48,3 +48,27 @@ def test_bench_prints_variants_ratios_goals(capsys, tmp_path):
 def test_bench_rejects_bad_shape(capsys):
     assert main(["bench", "moe", *TINY, "--top-k", "9"]) == 2
     assert "--top-k 9 must lie in [1, --experts 8]" in capsys.readouterr().err
+
+
+def test_bench_overflow_and_table5_sweep(capsys, tmp_path):
+    """--overflow fallback: no variant drops; --capacities: the sweep under both policies, exact where the
+    overflow is processed, with its spread and the small/large capacity latency ratio per group."""
+    path = tmp_path / "moe.json"
+    argv = ["bench", "moe", *TINY, "--overflow", "fallback", "--capacities", "4,16", "--sweep-groups", "4"]
+    assert main([*argv, "--json", str(path)]) == 0
+    text = capsys.readouterr().out
+    assert "overflow fallback;" in text.splitlines()[0] and "Table 5 sweep" in text
+    assert "drop: latency c4 / c16 = g4 " in text and "fallback: latency c4 / c16 = g4 " in text
+    r = json.loads(path.read_text())
+    assert r["overflow"] == "fallback" and all(v["drop"] == 0 for v in r["variants"].values())
+    assert all(v["max_diff"] < 1e-4 for v in r["variants"].values())
+    assert r["variants"]["grouped"]["calls"] == 2 + 1  # the host fallback call carries the overflow
+    sweep = r["sweep"]
+    assert set(sweep) == {"drop", "fallback"} and set(sweep["drop"]) == {"g4_c4", "g4_c16"}
+    for name, v in sweep["fallback"].items():
+        d = sweep["drop"][name]
+        assert v["drop"] == 0 and v["fallback"] == pytest.approx(d["drop"]) and d["drop"] > 0
+        assert v["max_diff"] < 1e-4 and 0 < v["ms_p25"] <= v["ms_per_token"] <= v["ms_p75"]
+        assert v["calls"] == d["calls"] + 1
+    assert main([*argv[:-4], "--capacities", "4,x"]) == 2
+    assert "--capacities takes comma-separated positive integers" in capsys.readouterr().err

@@ -43,6 +43,17 @@ def test_steps0_run_calibrates_and_reports(trained):
     assert cfg.moe.plan
 
 
+def test_overflow_fallback_run_drops_nothing(trained):
+    """moe.overflow=fallback end to end (model forward, metrics, the timed runtime): a capacity far below the
+    load drops nothing, the overflow shows as fallback %, the loss is the dropless one."""
+    root, wd = trained
+    overrides = tiny_overrides(**{**MOE, "train.steps": 0, "moe.strategy": "uniform", "moe.capacity": 4,
+                                  "moe.group": 4, "moe.overflow": "fallback"})
+    out = train_and_evaluate(load_config("configs/npumoe.py", {**overrides, "init_from": wd}), str(root / "fb"))
+    assert out["moe/drop_pct"] == 0 and out["moe/fallback_pct"] > 50 and out["moe/ms_per_token"] > 0
+    assert abs(out["moe/val_loss_change_pct"]) < 1e-3 and out["moe/calls_per_layer"] == 8 / 4 + 1
+
+
 def test_calibrate_and_trace_commands(trained, capsys):
     root, wd = trained
     assert main(["moe", "calibrate", "--workdir", wd, "--batches", "1", "--out", str(root / "cal"),

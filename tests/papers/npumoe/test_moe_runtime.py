@@ -1,7 +1,9 @@
 """LayerRuntime (separately dispatched static expert graphs) against capacity_moe on several plans,
-its expert call count, the host fallback, and time_runtime."""
+its expert call count, the host fallback, the overflow on the host fallback (against the MoE layer's
+output), and time_runtime."""
 import functools
 
+import flax.linen as nn
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -75,6 +77,53 @@ def test_fallback_runs_on_the_host():
     want = execute.ragged(x, ids, w * valid[:, None], experts, PLANS["tiered_fallback"].fallback)
     np.testing.assert_allclose(np.asarray(rt.fallback(x, ids, w, valid)), np.asarray(want), rtol=1e-5,
                                atol=1e-5 * float(jnp.abs(want).max()))
+
+
+@pytest.mark.parametrize("name", sorted(PLANS))
+def test_overflow_fallback_runtime_is_exact(name):
+    """overflow="fallback": the static experts' overflow joins the host fallback call (made even without
+    cold experts): the output is capacity_moe's with the same policy, and dropless."""
+    chunk, experts = _inputs()
+    plan = PLANS[name]
+    rt = LayerRuntime(plan, experts, overflow="fallback")
+    y = rt(*chunk)
+    want, stats = jax.jit(execute.capacity_moe, static_argnums=6, static_argnames="overflow")(
+        *chunk, experts, plan, overflow="fallback")
+    x, ids, w, _, valid = chunk
+    exact = execute.moe_reference(x, ids, w, experts, valid_N=valid)
+    for ref in (np.asarray(want), exact):
+        np.testing.assert_allclose(np.asarray(y), ref, rtol=1e-5, atol=1e-5 * float(np.abs(exact).max()))
+    assert rt.expert_calls == rt.dispatched == len(plan.groups) + 1 == plan.expert_calls(True)
+    assert int(stats["dropped"]) == 0 and int(stats["fallback"]) == int(stats["routed"]) - int(stats["kept"])
+    if name == "uniform_drops":
+        assert int(_expected(name)[1]["dropped"]) > 0 and int(stats["fallback"]) > 0
+
+
+@pytest.mark.parametrize("overflow", ["drop", "fallback"])
+def test_runtime_matches_the_layer(overflow):
+    """The runtime on the hidden states a MoE layer sows equals that layer's output, chunk by chunk (the
+    layer: vmapped chunks, one exact ragged call over all of them; the runtime: the host fallback per chunk)."""
+    from edge_jax.layers.moe.layer import MoE
+    from edge_jax.layers.moe.plan import MoEExec
+    chunk = 16
+    plans = {"uniform": uniform_plan(E, 3, 4), "npumoe": tiered_plan(LOAD, chunk, K, group=2, hot_fraction=0.5)}
+    x_BTD = jax.random.normal(jax.random.key(0), (2, 20, D))  # 40 tokens: chunks of 16, the last one padded
+    for strategy, plan in plans.items():
+        layer = MoE(E, K, F, execution=MoEExec(strategy, chunk, "saliency", (), overflow), plan=plan)
+        params = nn.unbox(jax.jit(MoE(E, K, F).init)(jax.random.key(1), x_BTD))
+        params = jax.tree_util.tree_map(lambda a: a + 0.3 * jax.random.normal(jax.random.key(2), a.shape), params)
+        sal = jax.random.uniform(jax.random.key(3), (2, 20), minval=0.1)
+        y_BTD, inter = jax.jit(lambda p, a, s: layer.apply(p, a, s, mutable=["intermediates"]))(params, x_BTD, sal)
+        r = inter["intermediates"]["routing"][0]
+        parts = execute.chunked(r["x"].reshape(40, D), r["ids"].reshape(40, K), r["weights"].reshape(40, K),
+                                r["saliency"].reshape(40), chunk, "saliency")
+        p = params["params"]
+        rt = LayerRuntime(plan, tuple(p[k] for k in ("gate", "up", "down")), overflow=overflow)
+        y = np.concatenate([np.asarray(rt(*(a[i] for a in parts))) for i in range(len(parts[0]))])[:40]
+        want = np.asarray(y_BTD).reshape(40, D)
+        np.testing.assert_allclose(y, want, rtol=1e-5, atol=1e-5 * float(np.abs(want).max()))
+        stats = inter["intermediates"]["moe_stats"][0]
+        assert (int(stats["dropped"]) == 0) == (overflow == "fallback") and int(stats["kept"]) < 80
 
 
 def test_weight_mismatch_and_time_runtime():
