@@ -27,6 +27,7 @@ def _logit_lens(args, overrides) -> int:
         raise ConfigError(f"--tokens={args.tokens} must be positive")
     out = run_logit_lens(args.workdir, args.out, args.label or None, args.tokens)
     for label, r in zip(out["labels"], out["results"]):
-        print(f"{label}: step={r['step']} tokens={r['tokens']} kl=" + ",".join(f"{v:.4g}" for v in r["kl"]))
+        print(f"{label}: step={r['step']} tokens={r['tokens']} kl=" + ",".join(f"{v:.4g}" for v in r["kl"])
+              + " kl_reverse=" + ",".join(f"{v:.4g}" for v in r["kl_reverse"]))
     print(f"wrote {out['paths']['md']}, {out['paths']['csv']}, {out['paths']['png']}")
     return 0

@@ -1,8 +1,11 @@
 """LogitLens (MeKi §5.5, Fig. 7): each layer's residual stream through the final norm + LM head.
 
 For layer ``l`` the early-exit distribution is ``softmax(head(final_norm(hidden[l])))``; we report
-``KL(p_early_l || p_final)`` against the model's own output, averaged over (mask-weighted) tokens.
-The last layer's early exit is the model output, so its KL is 0.
+``KL(p_early_l || p_final)`` against the model's own output, averaged over (mask-weighted) tokens, and
+beside it the other direction, ``KL(p_final || p_early_l)``, since the paper does not say which it
+used. The last layer's early exit is the model output, so its KL is 0. ``hidden[l]`` is the residual
+stream after the whole block ``l``, memory branches included (a MeKi layer's retrieval is added at its
+FFN site inside the block), so the early exit sees what MeKi contributes up to that layer.
 
     edge-jax analyze logit-lens --workdir W_base --workdir W_meki --label base --label meki --out DIR
 """
@@ -32,29 +35,35 @@ def early_exit_logits(cfg, params, h_BTD, w_DV):
 
 
 def make_layer_kl_fn(model):
-    """jitted ``fn(params, tokens_BT, mask_BT, extra) -> (kl_sum [L], count)``; mask-weighted sums."""
+    """jitted ``fn(params, tokens_BT, mask_BT, extra) -> (kl_sum [L], reverse_kl_sum [L], count)``;
+    mask-weighted sums of KL(early || final) and KL(final || early)."""
 
     def fn(params, tokens_BT, mask_BT, extra):
         params = nn.unbox(params)
         (h_final, w_DV), hidden = model.apply({"params": params}, tokens_BT, return_hidden=True,
                                               features_only=True, **extra)
         logp_final_BTV = jax.nn.log_softmax(vocab_logits(h_final, w_DV), axis=-1)
-        sums = []
+        sums, reverse = [], []
         for h_BTD in hidden:
             logp_BTV = jax.nn.log_softmax(early_exit_logits(model.cfg, params, h_BTD, w_DV), axis=-1)
             kl_BT = jnp.sum(jnp.exp(logp_BTV) * (logp_BTV - logp_final_BTV), axis=-1)
+            rkl_BT = jnp.sum(jnp.exp(logp_final_BTV) * (logp_final_BTV - logp_BTV), axis=-1)
             sums.append(jnp.sum(kl_BT * mask_BT))
-        return jnp.stack(sums), jnp.sum(mask_BT)
+            reverse.append(jnp.sum(rkl_BT * mask_BT))
+        return jnp.stack(sums), jnp.stack(reverse), jnp.sum(mask_BT)
 
     return jax.jit(fn)
 
 
-def layer_kl(model, params, tokens_BT, extra: dict | None = None, mask_BT=None) -> np.ndarray:
-    """Mean over tokens of KL(softmax(early_l) || softmax(final)) for every layer: float32 [n_layers]."""
+def layer_kl(model, params, tokens_BT, extra: dict | None = None, mask_BT=None,
+             reverse: bool = False) -> np.ndarray:
+    """Mean over tokens of KL(softmax(early_l) || softmax(final)) for every layer (``reverse``:
+    KL(final || early_l)): float32 [n_layers]."""
     tokens_BT = jnp.asarray(tokens_BT)
     mask_BT = jnp.ones(tokens_BT.shape, jnp.float32) if mask_BT is None else jnp.asarray(mask_BT, jnp.float32)
-    sums, count = make_layer_kl_fn(model)(params, tokens_BT, mask_BT, dict(extra or {}))
-    return (np.asarray(sums, np.float64) / max(float(count), 1.0)).astype(np.float32)
+    sums, reverse_sums, count = make_layer_kl_fn(model)(params, tokens_BT, mask_BT, dict(extra or {}))
+    chosen = reverse_sums if reverse else sums
+    return (np.asarray(chosen, np.float64) / max(float(count), 1.0)).astype(np.float32)
 
 
 def _keep_first(mask_BT: np.ndarray, n: float) -> np.ndarray:
@@ -75,22 +84,22 @@ def logit_lens_workdir(workdir: str, num_tokens: int = 10_000) -> dict:
     data = run.config.data
     n_batches = math.ceil(num_tokens / (data.batch_size * data.seq_len)) + 1
     fn, sharding = make_layer_kl_fn(run.model), batch_sharding(run.mesh)
-    sums, count = np.zeros(run.model.cfg.n_layers, np.float64), 0.0
+    sums, reverse, count = np.zeros(run.model.cfg.n_layers, np.float64), np.zeros(run.model.cfg.n_layers), 0.0
     for batch in make_eval_batches(data, run.tokenizer, "validation", n_batches):
         if count >= num_tokens:
             break
         batch = with_host_inputs(run.model.cfg, {**batch, "mask": _keep_first(batch["mask"], num_tokens - count)})
         g = to_global(process_rows({"inputs": batch["inputs"], "mask": batch["mask"], **model_kwargs(batch)}), sharding)
-        s, c = fn(state.params, g["inputs"], g["mask"], model_kwargs(g))
-        sums, count = sums + np.asarray(s, np.float64), count + float(c)
+        s, r, c = fn(state.params, g["inputs"], g["mask"], model_kwargs(g))
+        sums, reverse, count = sums + np.asarray(s, np.float64), reverse + np.asarray(r, np.float64), count + float(c)
     return {"workdir": workdir, "step": int(step), "tokens": int(count),
-            "kl": (sums / max(count, 1.0)).tolist()}
+            "kl": (sums / max(count, 1.0)).tolist(), "kl_reverse": (reverse / max(count, 1.0)).tolist()}
 
 
-def _rows(labels: list[str], results: list[dict]) -> list[list]:
-    n = max(len(r["kl"]) for r in results)
-    rows = [[i] + [r["kl"][i] if i < len(r["kl"]) else None for r in results] for i in range(n)]
-    return rows + [["mean"] + [float(np.mean(r["kl"])) for r in results]]
+def _rows(labels: list[str], results: list[dict], key: str = "kl") -> list[list]:
+    n = max(len(r[key]) for r in results)
+    rows = [[i] + [r[key][i] if i < len(r[key]) else None for r in results] for i in range(n)]
+    return rows + [["mean"] + [float(np.mean(r[key])) for r in results]]
 
 
 def _fmt(v) -> str:
@@ -98,22 +107,25 @@ def _fmt(v) -> str:
 
 
 def write_markdown(labels, results, path) -> None:
-    lines = ["# LogitLens: KL(early exit || final output) per layer", "",
+    lines = ["# LogitLens: KL between each layer's early exit and the final output", "",
              "Each layer's output through the final norm + LM head (MeKi §5.5, Fig. 7); nats, mean over "
-             "validation tokens. Layer i is the residual stream after `layers_i`; the last layer is the model "
-             "output (KL 0); `mean` is over layers.", ""]
+             "validation tokens, in both directions (the paper does not say which). Layer i is the residual "
+             "stream after `layers_i`, memory branches included; the last layer is the model output (KL 0); "
+             "`mean` is over layers.", ""]
     lines += [f"- **{lab}**: `{r['workdir']}`, step {r['step']}, {r['tokens']} tokens" for lab, r in zip(labels, results)]
-    lines += ["", "| layer | " + " | ".join(labels) + " |", "|---:|" + "---:|" * len(labels)]
-    lines += ["| " + " | ".join([str(row[0])] + [_fmt(v) for v in row[1:]]) + " |" for row in _rows(labels, results)]
+    for key, title in (("kl", "KL(early exit || final output)"), ("kl_reverse", "KL(final output || early exit)")):
+        lines += ["", f"{title}:", "", "| layer | " + " | ".join(labels) + " |", "|---:|" + "---:|" * len(labels)]
+        lines += ["| " + " | ".join([str(row[0])] + [_fmt(v) for v in row[1:]]) + " |"
+                  for row in _rows(labels, results, key)]
     write_text_atomic(path, "\n".join(lines) + "\n")
 
 
 def write_csv(labels, results, path) -> None:
     buf = io.StringIO()
     w = csv.writer(buf, lineterminator="\n")
-    w.writerow(["layer"] + labels)
-    for row in _rows(labels, results):
-        w.writerow([row[0]] + ["" if v is None else repr(float(v)) for v in row[1:]])
+    w.writerow(["layer"] + labels + [f"{lab} (reverse)" for lab in labels])
+    for row, rev in zip(_rows(labels, results), _rows(labels, results, "kl_reverse")):
+        w.writerow([row[0]] + ["" if v is None else repr(float(v)) for v in row[1:] + rev[1:]])
     write_text_atomic(path, buf.getvalue())
 
 

@@ -29,8 +29,9 @@ def init(**extra):
     return model, params, tokens_BT, host_inputs(cfg, tokens_BT)
 
 
-def naive_layer_kl(model, params, tokens_BT, extra, mask_BT):
-    """Per token with numpy loops: rmsnorm * scale -> head -> log-softmax -> KL(early || final)."""
+def naive_layer_kl(model, params, tokens_BT, extra, mask_BT, reverse=False):
+    """Per token with numpy loops: rmsnorm * scale -> head -> log-softmax -> KL(early || final)
+    (``reverse``: KL(final || early))."""
     cfg = model.cfg
     apply = jax.jit(model.apply, static_argnames="return_hidden")
     logits, hidden = apply({"params": params}, tokens_BT, return_hidden=True, **extra)
@@ -49,6 +50,8 @@ def naive_layer_kl(model, params, tokens_BT, extra, mask_BT):
                 lp = early - early.max() - np.log(np.sum(np.exp(early - early.max())))
                 final = logits[b, t]
                 lq = final - final.max() - np.log(np.sum(np.exp(final - final.max())))
+                if reverse:
+                    lp, lq = lq, lp
                 total += mask_BT[b, t] * sum(np.exp(lp[v]) * (lp[v] - lq[v]) for v in range(len(lp)))
                 count += mask_BT[b, t]
         out.append(total / count)
@@ -65,6 +68,10 @@ def test_layer_kl_matches_naive_reference(variant):
     assert kl[0] > 1e-3, "an earlier layer should disagree with the output"
     np.testing.assert_allclose(kl, naive_layer_kl(model, params, tokens_BT, extra, np.ones(tokens_BT.shape)),
                                rtol=2e-4, atol=1e-5)
+    reverse = layer_kl(model, params, tokens_BT, extra, reverse=True)
+    np.testing.assert_allclose(reverse, naive_layer_kl(model, params, tokens_BT, extra, np.ones(tokens_BT.shape),
+                                                       reverse=True), rtol=2e-4, atol=1e-5)
+    assert np.max(np.abs(reverse[:-1] - kl[:-1])) > 1e-4, "the two directions differ on random parameters"
 
 
 def test_mask_weights_tokens():
@@ -90,11 +97,12 @@ def test_cli_logit_lens_end_to_end(tiny_config, tmp_path, capsys):
     for name in ("logit_lens.md", "logit_lens.csv", "logit_lens.png"):
         assert (out / name).stat().st_size > 0
     rows = list(csv.reader(open(out / "logit_lens.csv")))
-    assert rows[0] == ["layer", "base", "deep"] and [r[0] for r in rows[1:]] == ["0", "1", "2", "mean"]
+    assert rows[0] == ["layer", "base", "deep", "base (reverse)", "deep (reverse)"]
+    assert [r[0] for r in rows[1:]] == ["0", "1", "2", "mean"]
     assert rows[3][1] == "" and abs(float(rows[2][1])) < 1e-5 and abs(float(rows[3][2])) < 1e-5
     md = (out / "logit_lens.md").read_text()
     table = [line for line in md.splitlines() if line.startswith("| ") and not line.startswith("| layer")]
-    assert len(table) == 3 + 1  # one row per layer (the deeper model's 3) plus the mean
+    assert len(table) == 2 * (3 + 1)  # per direction: one row per layer (the deeper model's 3) plus the mean
     assert not any(f.startswith(".") for f in os.listdir(out)), "no temporary files left behind"
 
 
