@@ -9,6 +9,7 @@ or extra param, another shape, another tokenizer) is a one-line error naming the
 from __future__ import annotations
 
 import os
+import sys
 
 import jax
 import ml_collections
@@ -27,7 +28,8 @@ def _flat(tree) -> dict:
 
 
 def restore_params(workdir: str):
-    """``(params, config)`` of the latest checkpoint in a training workdir."""
+    """``(params, config)`` of the newest readable checkpoint in a training workdir (a damaged newer one is
+    named on stderr and left in place)."""
     ckpt_dir = os.path.join(workdir, "checkpoints")
     if not os.path.isdir(ckpt_dir):
         raise ConfigError(f"init_from={workdir!r} has no checkpoints; train the base there first "
@@ -35,14 +37,15 @@ def restore_params(workdir: str):
     config = load_workdir_config(workdir)
     run = build(ml_collections.ConfigDict(config.to_dict()))
     ckpt = Checkpointer(ckpt_dir, 1, 1)
+    abstract = abstract_train_state(run.model, run.tx, run.mesh)[0].params
     try:
-        step = ckpt.latest_step()
-        if step is None:
-            raise ConfigError(f"init_from={workdir!r} has no finished checkpoint; let its training finish first")
-        params = ckpt.restore_params(step, abstract_train_state(run.model, run.tx, run.mesh)[0].params)
+        found = ckpt.restore_newest(lambda step: ckpt.restore_params(step, abstract), move=False,
+                                    warn=lambda line: print(line, file=sys.stderr, flush=True))
     finally:
         ckpt.close()
-    return params, config
+    if found is None:
+        raise ConfigError(f"init_from={workdir!r} has no finished checkpoint; let its training finish first")
+    return found[1], config
 
 
 def merge_params(target, source, where: str, trainable: str = ALL):

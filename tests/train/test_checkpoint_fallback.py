@@ -78,3 +78,16 @@ def test_evaluating_a_workdir_uses_the_newest_readable_step(tiny_config, tmp_pat
     err = capfd.readouterr().err
     assert "warning: checkpoint step 8 in " in err and "using step 4" in err and "kept in" not in err
     assert os.path.isdir(os.path.join(wd, "checkpoints", "8"))          # a reader moves nothing
+
+
+def test_init_from_a_workdir_with_a_damaged_latest_step_uses_the_previous_one(tiny_config, tmp_path, capfd):
+    from edge_jax.train.init_from import restore_params
+    wd = str(tmp_path / "base")
+    train_and_evaluate(tiny_config(**{"train.steps": 8}), wd)
+    _damage(wd, 8)
+    capfd.readouterr()
+    params, _ = restore_params(wd)
+    assert params and "warning: checkpoint step 8 in " in capfd.readouterr().err
+    _damage(wd, 4)
+    with pytest.raises(CheckpointError, match="no readable checkpoint in "):
+        restore_params(wd)
