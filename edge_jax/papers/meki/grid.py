@@ -49,9 +49,11 @@ def base(preset: str) -> tuple[str, dict]:
     return ("configs/meki.py:size=tiny", {}) if preset == "tiny" else ("configs/meki.py:size=qwen3_0p6b", {})
 
 
-def meki_grid(preset: str, *, name: str, title: str, cells: dict, paper: dict, notes: str = "") -> dict:
+def meki_grid(preset: str, *, name: str, title: str, cells: dict, paper: dict, notes: str = "",
+              explanations: dict | None = None) -> dict:
     """A grid dict (see edge_jax.grid.spec) over the MeKi base config of ``preset``: ranked by
-    zero_shot_avg where the paper reports zero-shot accuracy, by val_loss otherwise."""
+    zero_shot_avg where the paper reports zero-shot accuracy, by val_loss otherwise; ``explanations``:
+    the reasons for significant disagreements (``{"better>worse": "one line"}``)."""
     base_spec, base_overrides = base(preset)
     if preset == "tiny":
         base_overrides = {**base_overrides, "eval.limit": TINY_ZERO_SHOT_LIMIT}
@@ -62,4 +64,5 @@ def meki_grid(preset: str, *, name: str, title: str, cells: dict, paper: dict, n
         "extra_metrics": ["val_loss", *EXTRA_METRICS] if zero_shot else ["zero_shot_avg", *EXTRA_METRICS],
         "zero_shot": ZERO_SHOT_TASKS[preset],
         "paper": paper, "notes": " ".join(n for n in (notes, TINY_NOTES if preset == "tiny" else "") if n),
+        "explanations": explanations or {},
     }

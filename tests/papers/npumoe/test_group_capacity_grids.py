@@ -22,3 +22,14 @@ def test_drop_and_fallback_grids_share_cells_and_paper_values():
         cfg = load_config(fb.base, fb.overrides(cell, 0))
         assert cfg.moe.overflow == "fallback" and cfg.moe.strategy == "uniform"
     assert load_config(drop.base, drop.overrides("g1_c32", 0)).moe.overflow == "drop"
+
+
+def test_the_drop_grid_explains_the_pairs_a_larger_capacity_wins():
+    from edge_jax.papers.npumoe.grid import DROPPED_OVERFLOW, capacity
+    drop = spec.load_grid(REPO / "ablations" / "npumoe_group_capacity.py", "tiny")
+    fb = spec.load_grid(REPO / "ablations" / "npumoe_group_capacity_fallback.py", "tiny")
+    ranks = drop.paper.ranks()
+    claimed = {f"{a}>{b}" for a in ranks for b in ranks if ranks[a] < ranks[b]}
+    assert set(drop.explanations) == {k for k in claimed if capacity(k.split(">")[0]) > capacity(k.split(">")[1])}
+    assert len(drop.explanations) == 15 and set(drop.explanations.values()) == {DROPPED_OVERFLOW}
+    assert "g8_c64>g4_c64" not in drop.explanations and fb.explanations == {}
