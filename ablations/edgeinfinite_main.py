@@ -3,7 +3,7 @@
     edge-jax grid ablations/edgeinfinite_main.py --preset tiny --seeds 3
 
 Cells are evaluation only; the base LM and the gate are the grid's stages (trained once and shared
-with edgeinfinite_tokens). The table ranks cells by the gold answer's NLL with exact match beside it;
+with edgeinfinite_tokens). The table ranks cells by exact match with the gold answer's NLL beside it;
 categories.md (post hook) has every category beside the LongBench category it stands in for.
 """
 from edge_jax.papers.edgeinfinite.grid import TABLE1, baseline_cell, edgeinfinite_cell, grid

@@ -19,7 +19,7 @@ the gate trained at lr 0.005; BlueLM-3B's shape is not published, so the Qwen3-4
 from edge_jax.config import ConfigError, parse_arg
 from edge_jax.infer.kv_methods import KV_METHODS
 from edge_jax.models.presets import sized_config
-from edge_jax.papers.edgeinfinite.config import GATE
+from edge_jax.papers.edgeinfinite.config import GATE, window_lengths
 
 GATE_LR = (".*memory_gate/g=10.0",)  # the gate logits learn at 10 x train.lr (0.05 at lr 0.005)
 
@@ -27,13 +27,19 @@ STAGES = ("base", "gate")
 SIZES = {"tiny": "tiny", "paper": "qwen3_4b"}
 
 TINY = dict(
-    base=dict(data=dict(name="longctx", longctx_length=480, longctx_examples=4000, seq_len=512, batch_size=8),
-              train=dict(steps=1400, lr=3e-3, min_lr=3e-4, warmup_steps=60, eval_every=100, eval_batches=8,
-                         qa_questions=50)),
-    gate=dict(data=dict(name="longctx", longctx_length=1536, longctx_examples=1000, seq_len=800, batch_size=8),
+    # Documents of exactly 511 characters (+ eos = one 512-token window each), see edge_jax.data.builders.longctx.
+    base=dict(data=dict(name="longctx", longctx_length=511, longctx_examples=16000, seq_len=512, batch_size=8),
+              train=dict(steps=1500, lr=3e-3, min_lr=3e-4, warmup_steps=60, eval_every=100, eval_batches=8),
+              longctx=dict(inwindow_examples=20, inwindow_lengths=(384, 500))),
+    gate=dict(data=dict(name="longctx", longctx_length=799, longctx_examples=2000, seq_len=800, batch_size=8),
               train=dict(steps=150, lr=5e-3, min_lr=5e-4, warmup_steps=15, eval_every=50, eval_batches=4,
                          lr_multipliers=GATE_LR)),
     infini=dict(infini_hidden=32, infini_sink=32, infini_window=32, infini_segment=128, infini_gate_init=-2.0),
+    # RoPE: the tiny preset's 500,000 leaves a 32-wide head two rotating pairs faster than 0.1 rad per token; 10,000
+    # gives five, which local (previous-token) attention and so copying need
+    model=dict(rope_theta=10_000.0),
+    # 4, 8 and 16 x the base's 512-token window, nudged so that dropping the window changes the layout
+    lengths=(2048, 4096, 8192), examples=2,
 )
 PAPER = dict(
     base=dict(data=dict(seq_len=4096)),
@@ -51,6 +57,7 @@ def get_config(arg=None):
             raise ConfigError(f"unknown {key} {value!r} for configs/edgeinfinite.py; valid: {', '.join(valid)}")
     preset = TINY if a.size == "tiny" else PAPER
     c = sized_config(SIZES[a.size])
+    c.model.update(preset.get("model", {}))
     sizes = preset["infini"]
     c.model.update({k: v for k, v in sizes.items() if k not in ("infini_hidden", "infini_gate_init")})
     if a.stage == "base":
@@ -68,5 +75,7 @@ def get_config(arg=None):
     else:  # a KV-cache baseline evaluates the base as it is
         c.train.steps = 0
     if a.size == "tiny":
-        c.longctx.update(lengths=(1024, 2048, 4096, 8192, 16384), examples=1)
+        m = c.model
+        c.longctx.update(lengths=window_lengths(preset["lengths"], m.infini_sink, m.infini_window, m.infini_segment),
+                         examples=preset["examples"])
     return c

@@ -124,10 +124,10 @@ def _quiet_tfds():
 
 @functools.lru_cache(maxsize=None)
 def _builder_config(kind: str, params: tuple):
-    from edge_jax.data.builders import facts, longctx, pystdlib
+    from edge_jax.data.builders import facts, longctx_builder, pystdlib
 
     return {"pystdlib": pystdlib.make_config, "facts": facts.make_config,
-            "longctx": longctx.make_config}[kind](*params)
+            "longctx": longctx_builder.make_config}[kind](*params)
 
 
 def _prepared(cls, config, tfds_dir: str):

@@ -6,7 +6,7 @@ import time
 
 import pytest
 
-from edge_jax.data.builders import longctx
+from edge_jax.data.builders import longctx, longctx_builder
 from edge_jax.data.builders.longctx import CATEGORIES, TASKS, eval_prompts
 
 LENGTHS = (1024, 4096, 16384)
@@ -44,8 +44,9 @@ def _resolve(prompt: str) -> tuple[str, str]:
     return var, cur
 
 
-def check_record(r: dict, length: int) -> None:
-    """Every property a record of eval_prompts must have (raises AssertionError)."""
+def check_record(r: dict, length: int, drawn_at: int = 0) -> None:
+    """Every property a record of eval_prompts must have (raises AssertionError); ``drawn_at``: the
+    length its needles were drawn for (``length`` when 0)."""
     assert set(r) == FIELDS
     p, a, task = r["prompt"], r["answer"], r["task"]
     assert r["category"] == CATEGORIES[task]
@@ -59,7 +60,7 @@ def check_record(r: dict, length: int) -> None:
     elif task == "multikey":
         key = re.search(r"value of key (\S+)\?", p).group(1)
         assert re.findall(rf"The value of key {key} is (\d+)\.", p) == [a]
-        assert 4 <= len(re.findall(r"The value of key \S+ is \d+\.", p)) <= 8
+        assert 4 <= len(re.findall(r"The value of key \S+ is \d+\.", p)) <= longctx._multikey_keys(drawn_at or length)
     elif task == "aggregate":
         points = [int(v) for v in re.findall(r"Tally note: add (\d) points\.", p)]
         assert 4 <= len(points) <= 8 and sum(points) == int(a)
@@ -83,7 +84,7 @@ def test_tasks_and_categories():
                           "aggregate": "aggregation", "fewshot": "few_shot",
                           "vartrack": "code_tracking"}
     rng = random.Random(0)
-    tasks = [r["task"] for r in longctx.generate_split("train", 600, 10, 0)]
+    tasks = [r["task"] for r in longctx_builder.generate_split("qa", 600, 40, 0)]
     assert tasks == list(TASKS) * 2
     for task in TASKS:
         check_record({**longctx.make_example(rng, task, 2000), "category": CATEGORIES[task]}, 2000)
@@ -179,3 +180,12 @@ def test_fast():
     for task in TASKS:
         eval_prompts(task, 16384, 20, seed=0)
     assert time.perf_counter() - start < 1.0
+
+
+def test_multikey_fits_its_keys_to_the_length():
+    assert longctx.min_length("multikey") == 371 and longctx._multikey_keys(371) == 4
+    assert longctx._multikey_keys(500) == 6 and longctx._multikey_keys(547) == 8 == longctx._multikey_keys(9000)
+    counts = {len(re.findall(r"The value of key", r["prompt"])) for r in eval_prompts("multikey", 500, 60, 0)}
+    assert counts == {4, 5, 6}
+    counts = {len(re.findall(r"The value of key", r["prompt"])) for r in eval_prompts("multikey", 4096, 60, 0)}
+    assert counts == set(range(4, 9))

@@ -1,10 +1,11 @@
-"""`edge_longctx`: seeded long-context tasks at a configurable length (in characters).
+"""The seeded long-context tasks of `edge_longctx`, at a configurable length (in characters).
 
-Five tasks, one per LongBench-like category (`CATEGORIES`); example i has task i % 5:
+Five tasks, one per LongBench-like category (`CATEGORIES`):
   passkey    single_needle   a 5-digit pass key hidden at a random depth in filler text; ask
                              for it.
-  multikey   multi_key       4-8 "key: value" statements spread through the filler; ask for one
-                             value (6 digits).
+  multikey   multi_key       4-8 "key: value" statements spread through the filler (at most as
+                             many as fit in `length`: 4-6 at 500 characters, 4-8 from 547 on);
+                             ask for one value (6 digits).
   aggregate  aggregation     4-8 tally notes ("add 7 points") in separate segments; ask for
                              their sum.
   fewshot    few_shot        4-8 demonstrations "Example: abc -> def." of one per-prompt rule
@@ -16,31 +17,22 @@ Five tasks, one per LongBench-like category (`CATEGORIES`); example i has task i
                              other variables to other numbers; ask for the value of the last
                              variable of the chain (the 5-digit number it resolves to).
 
-Each record has `prompt` (instruction + long text + question, at most about `length`
-characters, ending in "\\nAnswer:"), `answer` (digits or lowercase letters, no spaces), `task`,
-and `text` = prompt + " " + answer (what the LM trains on). Filler is drawn from a fixed set of
-plain sentences (no digits), so the only information in a prompt is what the task needs.
-Everything is ASCII, so for a byte tokenizer characters are tokens.
-
-Splits: train (`examples` records), validation (max(3, examples // 10)) and qa
-(max(6, examples // 4), the prompts load_qa returns); each split has its own random stream,
-and everything is a pure function of (length, examples, seed).
+An example has `prompt` (instruction + long text + question, at most `length` characters,
+ending in "\\nAnswer:"), `answer` (digits or lowercase letters, no spaces), `task`, and
+`text` = prompt + " " + answer. Filler is drawn from a fixed set of plain sentences (no digits),
+so the only information in a prompt is what the task needs. Everything is ASCII, so for a byte
+tokenizer characters are tokens.
 
 `eval_prompts(task, length, n, seed)` gives n evaluation records of one task whose prompts are
 between length - 64 and length characters (in practice within 11 of `length`), with needles at
 seeded random depths; the records also carry `category`. It is a pure function of its
-arguments, independent of the builder's splits.
+arguments, independent of the builder's splits. The training documents, the splits and the TFDS
+builder are in :mod:`edge_jax.data.builders.longctx_builder`.
 """
 from __future__ import annotations
 
-import dataclasses
 import random
 import string
-from typing import ClassVar
-
-import tensorflow_datasets as tfds
-
-from edge_jax.data.builders.records import RecordsBuilder
 
 TASKS = ("passkey", "multikey", "aggregate", "fewshot", "vartrack")
 CATEGORIES = {"passkey": "single_needle", "multikey": "multi_key", "aggregate": "aggregation",
@@ -57,9 +49,9 @@ FILLER = [
     "Moss grows on the north side of the stones.",
 ]
 _SHORTEST = min(len(s) for s in FILLER)
-_KEY_A = ["amber", "silent", "rapid", "golden", "hollow", "crimson", "frozen", "quiet", "lunar",
+KEY_A = ["amber", "silent", "rapid", "golden", "hollow", "crimson", "frozen", "quiet", "lunar",
           "iron", "velvet", "misty", "bright", "ancient", "copper", "wild"]
-_KEY_B = ["falcon", "river", "lantern", "meadow", "harbor", "comet", "willow", "anchor", "ember",
+KEY_B = ["falcon", "river", "lantern", "meadow", "harbor", "comet", "willow", "anchor", "ember",
           "garden", "summit", "violet", "beacon", "thistle", "canyon", "orchid"]
 _LETTERS = string.ascii_lowercase
 _VAR_NAMES = [a + b for a in _LETTERS for b in _LETTERS]
@@ -79,9 +71,9 @@ INSTRUCTIONS = {
 }
 
 # Needle and question templates (also used to size the worst case in `min_length`).
-def _passkey_needle(key): return f"The pass key is {key}. Remember it. {key} is the pass key."
-def _multikey_needle(key, value): return f"The value of key {key} is {value}."
-def _multikey_question(key): return f"What is the value of key {key}?"
+def passkey_needle(key): return f"The pass key is {key}. Remember it. {key} is the pass key."
+def multikey_needle(key, value): return f"The value of key {key} is {value}."
+def multikey_question(key): return f"What is the value of key {key}?"
 def _tally_needle(v): return f"Tally note: add {v} points."
 def _fewshot_needle(x, y): return f"Example: {x} -> {y}."
 def _fewshot_question(x): return f"Using the same rule, what does {x} become?"
@@ -89,25 +81,44 @@ def _var_needle(name, value): return f"VAR {name} = {value} ."
 def _var_question(name): return f"What is the value of variable {name}?"
 
 
-_PASSKEY_Q = "What is the pass key?"
+PASSKEY_Q = "What is the pass key?"
 _AGGREGATE_Q = "What is the total number of points added by all tally notes?"
 
 
-def _passkey(rng: random.Random):
+_LONGEST_KEY = max(KEY_A, key=len) + "-" + max(KEY_B, key=len)
+MIN_KEYS, MAX_KEYS = 4, 8  # multikey's key count (fewer than MAX_KEYS where they would not fit)
+
+
+def _passkey(rng: random.Random, length: int):
     key = str(rng.randint(10000, 99999))
-    return [_passkey_needle(key)], _PASSKEY_Q, key
+    return [passkey_needle(key)], PASSKEY_Q, key
 
 
-def _multikey(rng: random.Random):
-    n = rng.randint(4, 8)
-    keys = rng.sample([f"{a}-{b}" for a in _KEY_A for b in _KEY_B], n)
+def _multikey_keys(length: int) -> int:
+    """The most keys (MIN_KEYS .. MAX_KEYS) whose longest draw fits a `length`-character prompt."""
+    fixed = len(INSTRUCTIONS["multikey"]) + len(question_tail(multikey_question(_LONGEST_KEY)))
+    needle = len(multikey_needle(_LONGEST_KEY, "0" * 6)) + 1
+    return max(MIN_KEYS, min(MAX_KEYS, (length - fixed + 1) // needle))
+
+
+def multikey_draw(rng: random.Random, length: int, questions: int = 1):
+    """Needles and ``questions`` distinct (question, value) pairs, the first one chosen as eval's is."""
+    n = rng.randint(MIN_KEYS, _multikey_keys(length))
+    keys = rng.sample([f"{a}-{b}" for a in KEY_A for b in KEY_B], n)
     values = [str(rng.randint(100000, 999999)) for _ in keys]
-    needles = [_multikey_needle(k, v) for k, v in zip(keys, values)]
-    q = rng.randrange(n)
-    return needles, _multikey_question(keys[q]), values[q]
+    needles = [multikey_needle(k, v) for k, v in zip(keys, values)]
+    asked = [rng.randrange(n)]
+    if questions > 1:
+        asked += rng.sample([i for i in range(n) if i != asked[0]], min(questions, n) - 1)
+    return needles, [(multikey_question(keys[i]), values[i]) for i in asked]
 
 
-def _aggregate(rng: random.Random):
+def _multikey(rng: random.Random, length: int):
+    needles, [(question, value)] = multikey_draw(rng, length)
+    return needles, question, value
+
+
+def _aggregate(rng: random.Random, length: int):
     values = [rng.randint(1, 9) for _ in range(rng.randint(4, 8))]
     return [_tally_needle(v) for v in values], _AGGREGATE_Q, str(sum(values))
 
@@ -117,7 +128,7 @@ def shift_word(word: str, shift: int) -> str:
     return "".join(_LETTERS[(_LETTERS.index(c) + shift) % 26] for c in word)
 
 
-def _fewshot(rng: random.Random):
+def _fewshot(rng: random.Random, length: int):
     shift = rng.randint(1, 25)
     n_words, words = rng.randint(4, 8) + 1, []  # the demonstrations, then the query
     while len(words) < n_words:
@@ -129,7 +140,7 @@ def _fewshot(rng: random.Random):
     return needles, _fewshot_question(query), shift_word(query, shift)
 
 
-def _vartrack(rng: random.Random):
+def _vartrack(rng: random.Random, length: int):
     chain_len, n_distract = rng.randint(2, 4), rng.randint(1, 3)
     names = rng.sample(_VAR_NAMES, chain_len + n_distract)
     numbers = rng.sample(range(10000, 100000), 1 + n_distract)
@@ -141,17 +152,16 @@ def _vartrack(rng: random.Random):
     return needles, _var_question(names[chain_len - 1]), str(numbers[0])
 
 
-_MAKERS = {"passkey": _passkey, "multikey": _multikey, "aggregate": _aggregate,
+MAKERS = {"passkey": _passkey, "multikey": _multikey, "aggregate": _aggregate,
            "fewshot": _fewshot, "vartrack": _vartrack}
 
 
 def _worst_case(task: str) -> tuple[list[str], str]:
-    """The longest needles and question a task can draw."""
+    """The longest needles and question a task can draw (multikey: with its fewest keys)."""
     if task == "passkey":
-        return [_passkey_needle("0" * 5)], _PASSKEY_Q
+        return [passkey_needle("0" * 5)], PASSKEY_Q
     if task == "multikey":
-        key = max(_KEY_A, key=len) + "-" + max(_KEY_B, key=len)
-        return [_multikey_needle(key, "0" * 6)] * 8, _multikey_question(key)
+        return [multikey_needle(_LONGEST_KEY, "0" * 6)] * MIN_KEYS, multikey_question(_LONGEST_KEY)
     if task == "aggregate":
         return [_tally_needle(9)] * 8, _AGGREGATE_Q
     if task == "fewshot":
@@ -159,23 +169,23 @@ def _worst_case(task: str) -> tuple[list[str], str]:
     return [_var_needle("aa", "0" * 5)] * 7, _var_question("aa")
 
 
-def _tail(question: str) -> str:
+def question_tail(question: str) -> str:
     return f"\n\nQuestion: {question}\nAnswer:"
 
 
-def _body_len(needles: list[str]) -> int:
+def body_len(needles: list[str]) -> int:
     return sum(len(x) for x in needles) + len(needles) - 1
 
 
 def min_length(task: str) -> int:
     """The shortest prompt length (characters) that fits every draw of `task`'s needles."""
-    if task not in _MAKERS:
+    if task not in MAKERS:
         raise ValueError(f"unknown longctx task {task!r}; pick one of {', '.join(TASKS)}")
     needles, question = _worst_case(task)
-    return len(INSTRUCTIONS[task]) + _body_len(needles) + len(_tail(question))
+    return len(INSTRUCTIONS[task]) + body_len(needles) + len(question_tail(question))
 
 
-def _fill(rng: random.Random, budget: int) -> list[str]:
+def fill(rng: random.Random, budget: int) -> list[str]:
     """Filler sentences that cost (len + 1 each, for the joining space) at most `budget`,
     leaving less than the shortest sentence unused."""
     out: list[str] = []
@@ -189,7 +199,7 @@ def _fill(rng: random.Random, budget: int) -> list[str]:
     return out
 
 
-def _spread(rng: random.Random, sentences: list[str], needles: list[str]) -> str:
+def spread(rng: random.Random, sentences: list[str], needles: list[str]) -> str:
     """Insert needles, in their order, at random depths (needle i in the i-th of k equal
     segments of the filler, anywhere within it)."""
     k, n = len(needles), len(sentences)
@@ -206,10 +216,10 @@ def _spread(rng: random.Random, sentences: list[str], needles: list[str]) -> str
 def make_example(rng: random.Random, task: str, length: int) -> dict:
     """One record of `task` whose prompt is at most `length` characters (and within a filler
     sentence of it) when the needles fit; longer (needles only, no filler) when they do not."""
-    needles, question, answer = _MAKERS[task](rng)
-    head, tail = INSTRUCTIONS[task], _tail(question)
-    budget = length - len(head) - len(tail) - _body_len(needles)
-    prompt = head + _spread(rng, _fill(rng, budget), needles) + tail
+    needles, question, answer = MAKERS[task](rng, length)
+    head, tail = INSTRUCTIONS[task], question_tail(question)
+    budget = length - len(head) - len(tail) - body_len(needles)
+    prompt = head + spread(rng, fill(rng, budget), needles) + tail
     return {"text": f"{prompt} {answer}", "prompt": prompt, "answer": answer, "task": task}
 
 
@@ -217,7 +227,7 @@ def eval_prompts(task: str, length: int, n: int, seed: int) -> list[dict]:
     """n records of `task` with prompts of length - 64 to `length` characters (ASCII, so
     characters == byte tokens), needles at seeded random depths. Fields: prompt, answer, task,
     category, text. A pure function of its arguments (its own random stream)."""
-    if task not in _MAKERS:
+    if task not in MAKERS:
         raise ValueError(f"unknown longctx task {task!r}; pick one of {', '.join(TASKS)}")
     need = min_length(task)
     if length < need:
@@ -227,47 +237,3 @@ def eval_prompts(task: str, length: int, n: int, seed: int) -> list[dict]:
         raise ValueError(f"n must be >= 0, got {n}; pass the number of prompts wanted")
     rng = random.Random(f"edge_longctx-eval:{task}:{length}:{n}:{seed}")
     return [{**make_example(rng, task, length), "category": CATEGORIES[task]} for _ in range(n)]
-
-
-def split_sizes(examples: int) -> dict[str, int]:
-    return {"train": examples, "validation": max(3, examples // 10), "qa": max(6, examples // 4)}
-
-
-def generate_split(split: str, length: int, examples: int, seed: int) -> list[dict]:
-    rng = random.Random(f"edge_longctx:{seed}:{length}:{split}")
-    n = split_sizes(examples)[split]
-    return [make_example(rng, TASKS[i % len(TASKS)], length) for i in range(n)]
-
-
-@dataclasses.dataclass
-class LongctxConfig(tfds.core.BuilderConfig):
-    length: int = 4096
-    examples: int = 200
-    seed: int = 0
-
-
-def make_config(length: int = 4096, examples: int = 200, seed: int = 0) -> LongctxConfig:
-    if length < 256 or examples < 1:
-        raise ValueError(f"longctx needs length >= 256 and examples >= 1, got {length}, {examples}")
-    return LongctxConfig(name=f"len{length}_n{examples}_s{seed}", length=length,
-                         examples=examples, seed=seed,
-                         description=f"{examples} examples of ~{length} characters, seed {seed}")
-
-
-class EdgeLongctx(RecordsBuilder):
-    """Synthetic long-context retrieval, aggregation, few-shot and variable-tracking tasks
-    (see module docstring)."""
-
-    name = "edge_longctx"
-    VERSION = tfds.core.Version("1.1.0")
-    RELEASE_NOTES: ClassVar[dict[str, str]] = {
-        "1.0.0": "First release: passkey, multikey, aggregate.",
-        "1.1.0": "Five tasks (adds fewshot and vartrack); prompts fit within `length`.",
-    }
-
-    def split_names(self):
-        return list(split_sizes(self.builder_config.examples))
-
-    def records(self, split):
-        c = self.builder_config
-        return generate_split(split, c.length, c.examples, c.seed)

@@ -1,7 +1,8 @@
 """EdgeInfinite's ``longctx.*`` keys: after training, exact match on the built-in long-context tasks
 with one inference method (``longctx.method``, :data:`edge_jax.infer.kv_methods.KV_METHODS`; ""
-is off). The memory's own keys (``model.infini_*``) sit beside the attention kinds
-(:mod:`edge_jax.layers.attention_kinds`).
+is off), and the in-window check of a base LM (``longctx.inwindow_*``: passkey and multikey
+prompts that fit its training window, answered with full attention). The memory's own keys
+(``model.infini_*``) sit beside the attention kinds (:mod:`edge_jax.layers.attention_kinds`).
 """
 from __future__ import annotations
 
@@ -25,6 +26,8 @@ class LongctxKeys:
     prefill_chunk: int = 1024
     max_input: int = 65536
     answer_tokens: int = 8
+    inwindow_examples: int = 0  # > 0: after training, this many passkey and multikey prompts per inwindow length
+    inwindow_lengths: tuple = (384, 500)  # characters (= byte tokens); + answer_tokens must fit data.seq_len
 
 
 def longctx_budget(c) -> int:
@@ -38,6 +41,8 @@ def _validate(c) -> None:
     if "memory_gate" in t.trainable and not (m.infini_hidden and c.init_from):
         raise ConfigError(f"train.trainable={t.trainable!r} trains EdgeInfinite's gate on a frozen base: set "
                           "model.infini_hidden > 0 and init_from=<base workdir>")
+    if lc.inwindow_examples:
+        _validate_inwindow(c)
     if not lc.method:
         return
     method = KV_METHODS.get(lc.method)
@@ -58,6 +63,40 @@ def _validate(c) -> None:
         raise ConfigError("longctx.examples, longctx.answer_tokens and longctx.prefill_chunk must be positive")
 
 
+INWINDOW_TASKS = ("passkey", "multikey")  # the in-window check: single-needle and multi-key retrieval
+
+
+def _validate_inwindow(c) -> None:
+    from edge_jax.data.builders.longctx import min_length
+    lc = c.longctx
+    shortest = max(min_length(t) for t in INWINDOW_TASKS)
+    longest = c.data.seq_len - lc.answer_tokens
+    if lc.inwindow_examples < 0 or not lc.inwindow_lengths or not all(
+            shortest <= n <= longest for n in lc.inwindow_lengths):
+        raise ConfigError(f"longctx.inwindow_lengths={tuple(lc.inwindow_lengths)} (with longctx.inwindow_examples="
+                          f"{lc.inwindow_examples} >= 0) must be non-empty, each in [{shortest}, data.seq_len - "
+                          f"longctx.answer_tokens = {longest}] (the prompts must fit the training window)")
+    if c.model.infini_hidden:
+        raise ConfigError("longctx.inwindow_examples checks a base LM with full attention; set it to 0 for a run "
+                          "with EdgeInfinite's memory (model.infini_hidden > 0)")
+
+
+PROMPT_SLACK = 11  # eval_prompts' prompts are 0 .. this many characters shorter than asked (filler granularity)
+
+
+def window_lengths(targets, sink: int, window: int, segment: int) -> tuple:
+    """For each target, the shortest prompt length >= it at which EdgeInfinite's window matters: every
+    prompt of that length (down to PROMPT_SLACK shorter) compresses one more segment without the window
+    tokens (``infini_keep_window=false`` keeps 1 token after the segments) than with them, so Table 2's
+    no_window keeps less. With the window the last 129 .. window + segment - 1 tokens stay as KV cache;
+    the length is the top of that band, (L - sink - 1) % segment == window - 2, which keeps the most
+    tokens (window - PROMPT_SLACK - 2 .. window - 1) without it. Returns ``targets`` unchanged when the
+    window is shorter than the slack (no length works for every prompt)."""
+    if window - 2 < PROMPT_SLACK or segment <= 0:
+        return tuple(targets)
+    return tuple(t + (window - 2 - (t - sink - 1)) % segment for t in targets)
+
+
 GATE = ".*memory_gate.*"  # the memory-gating modules' param paths
 
 
@@ -73,4 +112,5 @@ def _upgrade(flat: dict) -> None:
 
 SECTIONS.register("longctx", Section("longctx", LongctxKeys, _validate, upgrade=_upgrade,
                                      resumable=("longctx.method", "longctx.lengths", "longctx.examples",
-                                                "longctx.tasks")))
+                                                "longctx.tasks", "longctx.inwindow_examples",
+                                                "longctx.inwindow_lengths")))

@@ -12,11 +12,22 @@ Metrics (percent, like LongBench): ``longctx/overall`` (mean over tasks and leng
 ``longctx/<category>/len<L>``; ``longctx/peak_cache_tokens`` is the most tokens any layer cached.
 ``longctx/answer_nll`` (and per category) is the teacher-forced NLL of the gold answer, nats per
 token: a graded score that still separates methods when a tiny model's exact match is zero.
+
+The in-window check (:func:`evaluate_inwindow`, ``longctx.inwindow_examples`` > 0, run after the
+base LM trains): passkey and multikey prompts of ``longctx.inwindow_lengths`` (inside its training
+window) answered greedily with the model's own full attention; ``inwindow/single_needle``,
+``inwindow/multi_key`` (percent exact match, mean over lengths), ``inwindow/<category>/len<L>``,
+``inwindow/answer_nll/<category>``. Every long-context evaluation carries its base's numbers as
+``base/inwindow/...`` (:func:`base_inwindow`, found through ``init_from``), so a table's records say
+whether the base could retrieve at all.
 """
 from __future__ import annotations
 
 import copy
+import json
+import os
 import time
+from functools import partial
 
 import jax
 import jax.numpy as jnp
@@ -25,8 +36,10 @@ import numpy as np
 from edge_jax.data.builders.longctx import CATEGORIES, TASKS, eval_prompts
 from edge_jax.errors import ConfigError
 from edge_jax.infer.kv_methods import KV_METHODS
+from edge_jax.models.generate import answer_nll, exact_match
+from edge_jax.models.inputs import host_inputs
 from edge_jax.papers.edgeinfinite import inference  # noqa: F401  (registers the edgeinfinite method)
-from edge_jax.papers.edgeinfinite.config import longctx_budget
+from edge_jax.papers.edgeinfinite.config import INWINDOW_TASKS, longctx_budget
 
 
 def make_session(method: str, model, params, config):
@@ -98,7 +111,54 @@ def evaluate_longctx(model, params, tokenizer, config, log=print) -> dict:
     out["longctx/prompts"] = sum(len(v) for v in hits.values())
     out["longctx/peak_cache_tokens"] = peak
     out["longctx/seconds"] = time.perf_counter() - t0
+    out.update(base_inwindow(config.init_from))
     return out
+
+
+def evaluate_inwindow(model, params, tokenizer, config, log=print) -> dict:
+    """The in-window check: exact match (percent) and answer NLL of passkey and multikey prompts of
+    ``longctx.inwindow_lengths`` (drawn with the seed), answered greedily with full attention."""
+    lc = config.longctx
+    host_fn = partial(host_inputs, model.cfg)
+    out, t0 = {}, time.perf_counter()
+    for task in INWINDOW_TASKS:
+        cat, nlls = CATEGORIES[task], []
+        for length in lc.inwindow_lengths:
+            qa = eval_prompts(task, int(length), int(lc.inwindow_examples), int(config.seed))
+            hits = exact_match(model.apply, params, tokenizer, qa, max_new_tokens=lc.answer_tokens, batch_size=16,
+                               host_fn=host_fn)
+            out[f"inwindow/{cat}/len{length}"] = 100.0 * hits["exact_match"]
+            nlls.append(answer_nll(model.apply, params, tokenizer, qa, batch_size=16, host_fn=host_fn)["answer_nll"])
+        out[f"inwindow/{cat}"] = float(np.mean([out[f"inwindow/{cat}/len{n}"] for n in lc.inwindow_lengths]))
+        out[f"inwindow/answer_nll/{cat}"] = float(np.mean(nlls))
+        log(f"in-window {task}: " + ", ".join(f"len {n} {out[f'inwindow/{cat}/len{n}']:.0f}%"
+                                               for n in lc.inwindow_lengths))
+    out["inwindow/prompts"] = len(INWINDOW_TASKS) * len(lc.inwindow_lengths) * int(lc.inwindow_examples)
+    out["inwindow/seconds"] = time.perf_counter() - t0
+    return out
+
+
+def base_inwindow(workdir: str, depth: int = 4) -> dict:
+    """The in-window metrics of the base a run starts from, as ``base/inwindow/...``: those in
+    ``workdir``'s final_metrics.json, else its own ``init_from``'s (a gate's base), up to ``depth``
+    runs back; {} when there are none (no base, or one trained without the check)."""
+    for _ in range(depth):
+        if not workdir:
+            return {}
+        try:
+            with open(os.path.join(workdir, "final_metrics.json")) as f:
+                metrics = json.load(f)
+        except (OSError, ValueError):
+            metrics = {}
+        found = {f"base/{k}": v for k, v in metrics.items() if k.startswith("inwindow/")}
+        if found:
+            return found
+        try:
+            with open(os.path.join(workdir, "config.json")) as f:
+                workdir = json.load(f).get("init_from", "")
+        except (OSError, ValueError):
+            return {}
+    return {}
 
 
 def _cached_tokens(session) -> int:

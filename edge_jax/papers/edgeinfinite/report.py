@@ -3,8 +3,9 @@
 ``categories.md`` has one row per cell: our score per task category (mean ± std over seeds, percent
 exact match) next to the paper's score for the LongBench category it stands in for
 (:data:`edge_jax.papers.edgeinfinite.grid.PAPER_CATEGORY`), and the ordering of the cells within each
-category against the paper's, and the answer NLL per category. ``lengths.md`` has the overall score
-per input length.
+category against the paper's, and the answer NLL per category, under the base LM's own in-window exact
+match (``base/inwindow/*``, which every record carries). ``lengths.md`` has the overall score per input
+length.
 """
 from __future__ import annotations
 
@@ -37,9 +38,14 @@ def write_categories(grid, records: list[dict], out) -> list[Path]:
     cells = [c for c in grid.cells if any(r["cell"] == c for r in records)]
     paper = _paper_table(grid)
     head = "| cell | " + " | ".join(f"{c} (paper {PAPER_CATEGORY[c]})" for c in CATEGORIES) + " | overall (paper Avg) |"
-    lines = [f"# {grid.title}: categories", "",
-             "Exact match in percent, mean ± std over seeds; beside each, the paper's score for the LongBench "
-             "category the task stands in for.", "", head, "|" + "---|" * (len(CATEGORIES) + 2)]
+    lines = [f"# {grid.title}: categories", ""]
+    inwindow = {c: stat(sorted({float(r["metrics"][f"base/inwindow/{c}"]) for r in records  # one shared base: one value
+                                if f"base/inwindow/{c}" in r.get("metrics", {})})) for c in ("single_needle", "multi_key")}
+    if any(s.n for s in inwindow.values()):
+        lines += ["The base LM inside its training window (its stage's check, full attention): exact match "
+                  + ", ".join(f"{c} {format_stat(s)}" for c, s in inwindow.items()) + " percent.", ""]
+    lines += ["Exact match in percent, mean ± std over seeds; beside each, the paper's score for the LongBench "
+              "category the task stands in for.", "", head, "|" + "---|" * (len(CATEGORIES) + 2)]
     means: dict[str, dict[str, float]] = {c: {} for c in CATEGORIES + ("overall",)}
     for cell in cells:
         row = [cell]
