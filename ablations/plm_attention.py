@@ -26,4 +26,8 @@ def get_grid(preset: str) -> dict:
             "query head. Decode speed and cache bytes are in decode.md (post hook); PLM's Table 13 gives "
             "PLM (MLA) 86.2 vs Fox (GQA) 67.8 decode tokens/s at Q8 on an A10.")),
         "post": "edge_jax.papers.plm.kv_cache:write_attention_report",
+        "explanations": {
+            "mla>gqa": "at tiny MLA caches 48 values per token and layer (latent 32 + RoPE key 16) against GQA's "
+                       "128, and 300 steps pay for the 2.7x smaller cache; PLM's claim is about its 1.8B model",
+        },
     })

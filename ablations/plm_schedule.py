@@ -39,4 +39,8 @@ def get_grid(preset: str) -> dict:
             "source": "PLM §4.2 and Table 23; WSDC adopted, not compared",
         },
         "notes": notes(preset, NOTES),
+        "explanations": {
+            "wsdc>wsd": "PLM's constant phase trains on up-sampled high-quality and instruction-like data (§4.2); "
+                        "here it sees the same data, so it only moves the last 11% of the steps to min_lr",
+        },
     })
