@@ -72,8 +72,11 @@ def _last_column(t: tables.Table, counts: dict[str, int]) -> str:
         return "fewer than 2 cells the paper ranks have results"
     if not t.pairs:
         return "the paper ranks the cells with results equal"
-    parts = [f"{p.better} > {p.worse}: {p.reason or '(no reason written)'}"
-             for p in t.pairs if p.test.verdict == "disagree"] or ["none"]
+    by_reason: dict[str, list[str]] = {}  # pairs that share a reason are listed once, before it
+    for p in t.pairs:
+        if p.test.verdict == "disagree":
+            by_reason.setdefault(p.reason or "(no reason written)", []).append(f"{p.better} > {p.worse}")
+    parts = [f"{', '.join(names)}: {reason}" for reason, names in by_reason.items()] or ["none"]
     if counts["n/a"]:
         parts.append(f"{counts['n/a']} pair(s) n/a (fewer than 2 paired seeds)")
     return "; ".join(parts)

@@ -52,6 +52,20 @@ def test_summary_counts_verdicts_and_prints_reasons(tmp_path, capsys):
     assert "| toy_b | | | | | | | | no records yet |" in out
 
 
+def test_summary_lists_pairs_that_share_a_reason_once(tmp_path, capsys):
+    """Paper a > b > c; ours the reverse on every seed: three disagreements, two of them with one reason."""
+    ablations, results = tmp_path / "ablations", tmp_path / "results"
+    ablations.mkdir()
+    text = textwrap.dedent(GRID.format(name="toy")).replace(
+        '{"b>c": "c saw more data"}', '{"a>c": "c is bigger", "b>c": "c is bigger"}')
+    (ablations / "toy.py").write_text(text)
+    write_records(results / "toy", {("a", s): 3.0 + 0.01 * s for s in range(3)}
+                  | {("b", s): 2.0 + 0.02 * s for s in range(3)} | {("c", s): 1.0 + 0.03 * s for s in range(3)})
+    assert main(["summary", "--ablations", str(ablations), "--results", str(results)]) == 0
+    row = next(line for line in capsys.readouterr().out.splitlines() if line.startswith("| [toy]"))
+    assert row.split("|")[-2].strip() == "a > b: (no reason written); a > c, b > c: c is bigger"
+
+
 def test_summary_without_ablations_dir_is_one_line(tmp_path, capsys):
     assert main(["summary", "--ablations", str(tmp_path / "none")]) == 2
     assert capsys.readouterr().out.strip().startswith("error: no ablations directory")
