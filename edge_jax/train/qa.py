@@ -13,13 +13,19 @@ from edge_jax.models.inputs import host_inputs
 from edge_jax.registry import EVALUATORS, Evaluator
 
 
+def score_answers(model, params, tokenizer, questions: list[dict], max_new_tokens: int = 16,
+                  batch_size: int = 32) -> dict:
+    """Greedy exact match and gold-answer NLL of ``questions`` (records with ``prompt`` and ``answer``)."""
+    host_fn = partial(host_inputs, model.cfg)
+    return {**exact_match(model.apply, params, tokenizer, questions, max_new_tokens, batch_size, host_fn),
+            **answer_nll(model.apply, params, tokenizer, questions, batch_size, host_fn)}
+
+
 def question_answering(run, params, limit: int) -> dict:
     """Greedy exact match and gold-answer NLL on the first ``limit`` questions (all when -1)."""
     questions = load_qa(run.config.data, run.config.data.data_dir)
     questions = questions if limit < 0 else questions[:limit]
-    host_fn = partial(host_inputs, run.model.cfg)
-    return {**exact_match(run.model.apply, params, run.tokenizer, questions, host_fn=host_fn),
-            **answer_nll(run.model.apply, params, run.tokenizer, questions, host_fn=host_fn)}
+    return score_answers(run.model, params, run.tokenizer, questions)
 
 
 EVALUATORS.register("qa", Evaluator(

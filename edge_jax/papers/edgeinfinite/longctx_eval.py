@@ -27,7 +27,6 @@ import copy
 import json
 import os
 import time
-from functools import partial
 
 import jax
 import jax.numpy as jnp
@@ -36,10 +35,10 @@ import numpy as np
 from edge_jax.data.builders.longctx import CATEGORIES, TASKS, eval_prompts
 from edge_jax.errors import ConfigError
 from edge_jax.infer.kv_methods import KV_METHODS
-from edge_jax.models.generate import answer_nll, exact_match
-from edge_jax.models.inputs import host_inputs
 from edge_jax.papers.edgeinfinite import inference  # noqa: F401  (registers the edgeinfinite method)
 from edge_jax.papers.edgeinfinite.config import INWINDOW_TASKS, longctx_budget
+from edge_jax.train.qa import score_answers
+from edge_jax.train.workdir import load_workdir_config
 
 
 def make_session(method: str, model, params, config):
@@ -119,16 +118,14 @@ def evaluate_inwindow(model, params, tokenizer, config, log=print) -> dict:
     """The in-window check: exact match (percent) and answer NLL of passkey and multikey prompts of
     ``longctx.inwindow_lengths`` (drawn with the seed), answered greedily with full attention."""
     lc = config.longctx
-    host_fn = partial(host_inputs, model.cfg)
     out, t0 = {}, time.perf_counter()
     for task in INWINDOW_TASKS:
         cat, nlls = CATEGORIES[task], []
         for length in lc.inwindow_lengths:
             qa = eval_prompts(task, int(length), int(lc.inwindow_examples), int(config.seed))
-            hits = exact_match(model.apply, params, tokenizer, qa, max_new_tokens=lc.answer_tokens, batch_size=16,
-                               host_fn=host_fn)
-            out[f"inwindow/{cat}/len{length}"] = 100.0 * hits["exact_match"]
-            nlls.append(answer_nll(model.apply, params, tokenizer, qa, batch_size=16, host_fn=host_fn)["answer_nll"])
+            scores = score_answers(model, params, tokenizer, qa, max_new_tokens=lc.answer_tokens, batch_size=16)
+            out[f"inwindow/{cat}/len{length}"] = 100.0 * scores["exact_match"]
+            nlls.append(scores["answer_nll"])
         out[f"inwindow/{cat}"] = float(np.mean([out[f"inwindow/{cat}/len{n}"] for n in lc.inwindow_lengths]))
         out[f"inwindow/answer_nll/{cat}"] = float(np.mean(nlls))
         log(f"in-window {task}: " + ", ".join(f"len {n} {out[f'inwindow/{cat}/len{n}']:.0f}%"
@@ -154,8 +151,7 @@ def base_inwindow(workdir: str, depth: int = 4) -> dict:
         if found:
             return found
         try:
-            with open(os.path.join(workdir, "config.json")) as f:
-                workdir = json.load(f).get("init_from", "")
+            workdir = load_workdir_config(workdir).get("init_from", "")
         except (OSError, ValueError):
             return {}
     return {}
