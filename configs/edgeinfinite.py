@@ -9,11 +9,15 @@ Arguments: size (tiny, paper), stage (base: train the dense base LM; gate: train
 module on the frozen base from init_from, then evaluate), method (edgeinfinite, or a baseline fullkv,
 streamingllm, snapkv, pyramidkv: no training, the base from init_from evaluated with that cache).
 
-Tiny: the dense tiny LM (d 128, 4 layers) trained for 1,400 steps on 480-character ``longctx`` examples
-at 512 byte tokens; EdgeInfinite keeps 32 sink and 32 window tokens around 128-token segments (the paper's 300 /
-200 / 2048, scaled), so the local cache never passes 192 tokens, and the gate trains on 800-token
-windows of 1,536-character examples (5 segments each). The gate logits start at -2 (memory weight
-0.12, so training starts close to the base; the paper does not say) and learn at 0.05. Paper: sink 300, window 200, segment 2048,
+Tiny: the dense tiny LM (d 128, 4 layers, byte tokens, RoPE base 10,000) trained for 3,000 steps on
+512-token windows, each one whole document: ``longctx`` documents (retrieval drills and task examples)
+and, one for one, ``copies`` documents (repeated random strings), without which no induction head forms
+in the base's budget and it cannot retrieve (docs/edgeinfinite.md); after training it is checked on
+passkey and multikey prompts inside its window. EdgeInfinite keeps 32 sink and 32 window tokens around
+128-token segments (the paper's 300 / 200 / 2048, scaled), so the local cache never passes 192 tokens,
+and the gate trains on 800-token windows of whole longctx documents (5 segments each). The gate logits
+start at -2 (memory weight 0.12, so training starts close to the base; the paper does not say) and learn
+at 0.05. Paper: sink 300, window 200, segment 2048,
 the gate trained at lr 0.005; BlueLM-3B's shape is not published, so the Qwen3-4B shape stands in.
 """
 from edge_jax.config import ConfigError, parse_arg
@@ -27,9 +31,11 @@ STAGES = ("base", "gate")
 SIZES = {"tiny": "tiny", "paper": "qwen3_4b"}
 
 TINY = dict(
-    # Documents of exactly 511 characters (+ eos = one 512-token window each), see edge_jax.data.builders.longctx.
-    base=dict(data=dict(name="longctx", longctx_length=511, longctx_examples=16000, seq_len=512, batch_size=8),
-              train=dict(steps=1500, lr=3e-3, min_lr=3e-4, warmup_steps=60, eval_every=100, eval_batches=8),
+    # Documents of exactly 511 characters (+ eos = one 512-token window each), see edge_jax.data.builders.longctx;
+    # the copies documents (as many, as long) teach copying, on which retrieval is built
+    base=dict(data=dict(name="longctx+copies", longctx_length=511, longctx_examples=16000, seq_len=512,
+                        batch_size=8),
+              train=dict(steps=3000, lr=3e-3, min_lr=3e-4, warmup_steps=60, eval_every=100, eval_batches=8),
               longctx=dict(inwindow_examples=20, inwindow_lengths=(384, 500))),
     gate=dict(data=dict(name="longctx", longctx_length=799, longctx_examples=2000, seq_len=800, batch_size=8),
               train=dict(steps=150, lr=5e-3, min_lr=5e-4, warmup_steps=15, eval_every=50, eval_batches=4,

@@ -2,7 +2,9 @@
 
 Names:
   pystdlib | facts | longctx   built-in TFDS builders, prepared on first use into
-                               <data_dir>/tfds and read back with tfds data sources.
+  | copies                     <data_dir>/tfds and read back with tfds data sources
+                               (copies: repeated random strings, data.longctx_length
+                               characters per document, data.longctx_examples documents).
   tfds:<name>                  an already-prepared TFDS dataset (array_record) in
                                <data_dir>/tfds or <data_dir>; field data.text_key.
   text:<glob>                  local UTF-8 text files (recursive ** allowed).
@@ -38,8 +40,9 @@ from edge_jax.data.file_sources import FORMATS as FILE_FORMATS
 from edge_jax.data.file_sources import VALIDATION_PER_MILLE as TEXT_VALIDATION_PER_MILLE
 from edge_jax.data.file_sources import file_source
 
-BUILTIN = ("pystdlib", "facts", "longctx")
-VALID_NAMES = ("pystdlib, facts, longctx, tfds:<name>, text:<glob>, parquet:<glob>, jsonl:<glob>, "
+BUILTIN = ("pystdlib", "facts", "longctx", "copies")
+WITH_QA = ("facts", "longctx")  # the built-ins with a question split
+VALID_NAMES = ("pystdlib, facts, longctx, copies, tfds:<name>, text:<glob>, parquet:<glob>, jsonl:<glob>, "
                "a+b (e.g. pystdlib+facts), a+b*K (b's training text K times)")
 # Test-size switch: a positive value limits pystdlib to that many files (a separate config).
 PYSTDLIB_MAX_FILES_ENV = "EDGE_JAX_PYSTDLIB_MAX_FILES"
@@ -124,10 +127,10 @@ def _quiet_tfds():
 
 @functools.lru_cache(maxsize=None)
 def _builder_config(kind: str, params: tuple):
-    from edge_jax.data.builders import facts, longctx_builder, pystdlib
+    from edge_jax.data.builders import copies, facts, longctx_builder, pystdlib
 
     return {"pystdlib": pystdlib.make_config, "facts": facts.make_config,
-            "longctx": longctx_builder.make_config}[kind](*params)
+            "longctx": longctx_builder.make_config, "copies": copies.make_config}[kind](*params)
 
 
 def _prepared(cls, config, tfds_dir: str):
@@ -163,9 +166,9 @@ def _builtin(kind: str, data_dir: str, params: tuple) -> Source:
                 sources[split] = builder.as_data_source(split=split)
         return _read_split(sources[split])
 
-    splits = ("train", "validation") + (("qa",) if kind != "pystdlib" else ())
+    splits = ("train", "validation") + (("qa",) if kind in WITH_QA else ())
     key = _safe(f"{kind}-{config.name}-v{cls.VERSION}")
-    return Source(kind, key, splits, load, qa_split="qa" if kind != "pystdlib" else None)
+    return Source(kind, key, splits, load, qa_split="qa" if kind in WITH_QA else None)
 
 
 def _tfds(name: str, data_dir: str, text_key: str) -> Source:
@@ -290,7 +293,7 @@ def resolve(name: str, data_dir: str = "", *, text_key: str = "text", facts_enti
         return _builtin(name, data_dir, (int(os.environ.get(PYSTDLIB_MAX_FILES_ENV, "0") or 0),))
     if name == "facts":
         return _builtin(name, data_dir, (int(facts_entities),))
-    if name == "longctx":
+    if name in ("longctx", "copies"):
         return _builtin(name, data_dir, (int(longctx_length), int(longctx_examples)))
     if name.startswith("tfds:") and name[5:]:
         return _tfds(name[5:], data_dir, text_key)

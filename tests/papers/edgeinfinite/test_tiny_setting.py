@@ -83,7 +83,8 @@ def test_algorithm1_keeps_less_without_the_window_at_such_lengths():
 def test_tiny_base_setting_and_inwindow_keys():
     c = load_config("configs/edgeinfinite.py:stage=base")
     assert (c.data.longctx_length + 1, c.data.seq_len) == (512, 512)  # one whole document per window
-    assert c.train.steps == 1500 and c.longctx.inwindow_examples == 20
+    assert c.train.steps == 3000 and c.longctx.inwindow_examples == 20
+    assert c.data.name == "longctx+copies"  # copying first: the base does not retrieve without it
     assert max(c.longctx.inwindow_lengths) + c.longctx.answer_tokens <= c.data.seq_len
     gate = load_config("configs/edgeinfinite.py", GATE)
     assert gate.data.longctx_length + 1 == gate.data.seq_len and gate.longctx.inwindow_examples == 0
