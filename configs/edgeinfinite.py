@@ -11,14 +11,14 @@ streamingllm, snapkv, pyramidkv: no training, the base from init_from evaluated 
 
 Tiny: the dense tiny LM (d 128, 4 layers, byte tokens, RoPE base 10,000) trained for 3,000 steps on
 512-token windows, each one whole document: ``longctx`` documents (retrieval drills and task examples)
-and, one for one, ``copies`` documents (repeated random strings), without which no induction head forms
-in the base's budget and it cannot retrieve (docs/edgeinfinite.md); after training it is checked on
-passkey and multikey prompts inside its window. EdgeInfinite keeps 32 sink and 32 window tokens around
-128-token segments (the paper's 300 / 200 / 2048, scaled), so the local cache never passes 192 tokens,
-and the gate trains on 800-token windows of whole longctx documents (5 segments each). The gate logits
-start at -2 (memory weight 0.12, so training starts close to the base; the paper does not say) and learn
-at 0.05. Paper: sink 300, window 200, segment 2048,
-the gate trained at lr 0.005; BlueLM-3B's shape is not published, so the Qwen3-4B shape stands in.
+and, one for one, ``copies`` documents (random strings recurring at any distance), without which no
+induction head forms in the base's budget and it cannot retrieve (docs/edgeinfinite.md); after training
+it is checked on passkey and multikey prompts inside its window. EdgeInfinite keeps 32 sink and 32
+window tokens around 128-token segments (the paper's 300 / 200 / 2048, scaled), so the local cache never
+passes 192 tokens, and the gate trains on 800-token windows of whole longctx documents (5 segments
+each). The gate logits start at -2 (memory weight 0.12, so training starts close to the base; the paper
+does not say) and learn at 0.05. Paper: sink 300, window 200, segment 2048, the gate trained at lr
+0.005; BlueLM-3B's shape is not published, so the Qwen3-4B shape stands in.
 """
 from edge_jax.config import ConfigError, parse_arg
 from edge_jax.infer.kv_methods import KV_METHODS

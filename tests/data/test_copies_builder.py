@@ -7,25 +7,33 @@ from edge_jax.data import DataError, resolve
 from edge_jax.data.builders import copies
 
 
-def check_copies(doc: str, length: int) -> None:
-    """Exactly `length` characters; every line is one string written 2-4 times (the last line cut)."""
+def check_copies(doc: str, length: int) -> list[int]:
+    """Exactly `length` characters of strings of the alphabet; returns, for every string that recurs,
+    how many strings back it stood before."""
     assert len(doc) == length
-    lines = doc.split("\n")
-    for i, line in enumerate(lines):
-        words = line.split(" ")
-        assert len(words) <= copies.MAX_REPEATS and set(words[0]) <= set(copies.ALPHABET)
-        if i < len(lines) - 1:
-            assert len(words) >= 2 and len(set(words)) == 1
-            assert copies.MIN_CHARS <= len(words[0]) <= copies.MAX_CHARS
-        else:
-            assert set(words[:-1]) <= {words[0]} and words[0].startswith(words[-1])
+    words = doc.replace("\n", " ").split(" ")
+    whole = words[:-1]  # the last one may be cut (or empty, when the cut falls after a separator)
+    assert all(w and set(w) <= set(copies.ALPHABET) for w in whole) and set(words[-1]) <= set(copies.ALPHABET)
+    assert all(copies.MIN_CHARS <= len(w) <= copies.MAX_CHARS for w in whole)
+    last: dict[str, int] = {}
+    back = []
+    for i, w in enumerate(whole):
+        if w in last:
+            back.append(i - last[w])
+        last[w] = i
+    return back
 
 
-@pytest.mark.parametrize("length", [120, 511, 2000])
-def test_documents_have_the_length_and_repeat_their_strings(length):
+@pytest.mark.parametrize("length", [96, 511, 2000])
+def test_documents_have_the_length_and_strings_recur(length):
     rng = random.Random(3)
-    for _ in range(30):
-        check_copies(copies.make_document(rng, length), length)
+    backs = [check_copies(copies.make_document(rng, length), length) for _ in range(40)]
+    recurring = sum(len(b) for b in backs)
+    total = sum(len(copies.make_document(random.Random(i), length).split()) for i in range(40))
+    assert 0.3 < recurring / total < 0.6  # about REPEAT of the strings recur
+    if length >= 511:  # distances spread over the document, not only to the string just before
+        distances = [d for b in backs for d in b]
+        assert max(distances) >= 10 and sum(d > 3 for d in distances) > len(distances) / 3
 
 
 def test_splits_are_pure_and_distinct():
@@ -38,7 +46,7 @@ def test_splits_are_pure_and_distinct():
 
 def test_builder_prepares_and_mixes_with_longctx(tmp_path):
     source = resolve("copies", str(tmp_path), longctx_length=300, longctx_examples=8)
-    assert source.key == "copies-len300_n8_s0-v1.0.0" and source.splits == ("train", "validation")
+    assert source.key == "copies-len300_n8_s0-v1.1.0" and source.splits == ("train", "validation")
     assert source.documents("train") == [r["text"] for r in copies.generate_split("train", 300, 8, 0)]
     mixed = resolve("longctx+copies", str(tmp_path), longctx_length=300, longctx_examples=8)
     train = mixed.documents("train")
@@ -50,5 +58,5 @@ def test_builder_prepares_and_mixes_with_longctx(tmp_path):
 
 
 def test_too_short_a_document_is_refused(tmp_path):
-    with pytest.raises(DataError, match="copies needs length >= 120.*longctx_length"):
-        resolve("copies", str(tmp_path), longctx_length=100)
+    with pytest.raises(DataError, match="copies needs length >= 96.*longctx_length"):
+        resolve("copies", str(tmp_path), longctx_length=90)

@@ -64,8 +64,8 @@ def baseline_cell(method: str) -> dict:
 def notes(preset: str, text: str) -> str:
     tiny = ("Tiny preset: the dense tiny LM (d 128, 4 layers, byte tokens, RoPE base 10,000) trained once for "
             "3,000 steps on 512-token windows that each hold one whole document: longctx documents (retrieval drills "
-            "and examples weighted to passkey and multikey) and as many copies documents (repeated random strings, "
-            "which teach the copying retrieval needs; the shared base stage), then checked inside its window: "
+            "and examples weighted to passkey and multikey) and as many copies documents (random strings recurring at any "
+            "distance, which teach the copying retrieval needs; the shared base stage), then checked inside its window: "
             "base/inwindow/* is its exact match in percent on passkey (single_needle) and multikey (multi_key) "
             "prompts of 384 and 500 tokens with full attention. EdgeInfinite's gate (per-head MLP of 32, one gate "
             "logit per head) trained for 150 steps on 800-token windows with sink 32, window 32, segment 128, on "
