@@ -162,7 +162,10 @@ def run_unit(grid: Grid, unit: Unit, out: str | Path, *,
         from edge_jax.grid.stages import resolve
         overrides = resolve(overrides, grid.stages, unit.seed, Path(out).resolve().parent, train_fn, load_config)
     config = load_config(grid.base, overrides)
-    donor = find_identical_run(reuse_from, _config_dict(config), grid.metric, clean_only=not allow_dirty)
+    from edge_jax.grid.stages import data_key
+    documents = data_key(config)
+    donor = find_identical_run(reuse_from, _config_dict(config), grid.metric, clean_only=not allow_dirty,
+                               documents=documents)
     if donor is not None:
         check_provenance(grid, allow_dirty)
         record = dict(donor[1], grid=grid.name, title=grid.title, ablation_file=grid.path, preset=grid.preset,
@@ -190,6 +193,7 @@ def run_unit(grid: Grid, unit: Unit, out: str | Path, *,
         "base": grid.base,
         "overrides": _jsonable(overrides),
         "config": _config_dict(config),
+        "data_key": documents,
         "git": git,
         "command": command or command_line(),
         "cwd": str(Path.cwd()),
@@ -232,9 +236,10 @@ def sibling_outputs(out: Path) -> list[Path]:
     return sorted(d for d in parent.iterdir() if d.is_dir() and d != out.resolve() and (d / "records").is_dir())
 
 
-def find_identical_run(dirs: Iterable[Path], config: dict, metric: str,
-                       clean_only: bool = False) -> tuple[Path, dict] | None:
-    """``(path, record)`` of a finished, not itself reused, run with the same config, or None;
+def find_identical_run(dirs: Iterable[Path], config: dict, metric: str, clean_only: bool = False,
+                       documents: str = "") -> tuple[Path, dict] | None:
+    """``(path, record)`` of a finished, not itself reused, run with the same config and the same
+    documents (its ``data_key``; a record without one cannot tell, and is passed over), or None;
     ``clean_only`` passes over records made from a dirty working tree."""
     from edge_jax.config import flatten
     want = {k: v for k, v in flatten(config).items() if k not in REUSE_IGNORED}
@@ -247,6 +252,8 @@ def find_identical_run(dirs: Iterable[Path], config: dict, metric: str,
             if not isinstance(rec, dict) or rec.get("reused_from") or metric not in rec.get("metrics", {}):
                 continue
             if clean_only and (rec.get("git") or {}).get("dirty"):
+                continue
+            if rec.get("data_key", None) != documents:
                 continue
             have = {k: v for k, v in flatten(rec.get("config", {})).items() if k not in REUSE_IGNORED}
             if have == want:

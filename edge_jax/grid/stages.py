@@ -7,11 +7,14 @@ value (usually ``init_from``). Before a unit runs, each stage it refers to is tr
     <parent of OUT>/_stages/<name>-<hash of its full config>/seed<s>/
 
 (``seed`` 0 for a ``shared`` stage, the unit's seed otherwise), so every grid beside OUT that needs
-the same run finds it there. ``--set`` overrides of the grid command do not reach stages. A stage
+the same run finds it there. The hash also covers the key of the documents the stage trains on
+(:func:`data_key`: a built-in dataset's version is part of it), so a stage is never resumed or reused
+on other documents than it started with. ``--set`` overrides of the grid command do not reach stages. A stage
 is done when its ``final_metrics.json`` exists; an unfinished one resumes from its checkpoints. An
 exclusive lock per stage workdir keeps parallel grid processes (``--cell K`` in several shells) from
 training it twice. A finished stage written before a config key was renamed (its directory hash
-differs) is found by its upgraded ``config.json`` and reused.
+differs) is found by its upgraded ``config.json`` and reused when its ``data_key.txt`` names the same
+documents.
 """
 from __future__ import annotations
 
@@ -23,9 +26,21 @@ import re
 from pathlib import Path
 from typing import Any, Callable
 
+from edge_jax.utils.atomic import write_text_atomic
+
 _REF = re.compile(r"\{stage:([A-Za-z0-9_]+)\}")
 STAGE_KEYS = ("base", "overrides", "shared")
 HASH_IGNORED = ("data.data_dir", "train.ckpt_every", "train.keep_ckpts", "train.log_every")
+DATA_KEY_FILE = "data_key.txt"
+
+
+def data_key(config) -> str:
+    """The key of the documents ``config`` trains on (it changes whenever they can change, e.g. with a
+    built-in dataset's version); '' for a config without a data section."""
+    if "data" not in config or not config.data.get("name"):
+        return ""
+    from edge_jax.data.sources import resolve_cfg
+    return resolve_cfg(config.data).key
 
 
 def check_stages(stages: Any, cells: dict, fail) -> dict:
@@ -59,22 +74,27 @@ def _identity(config: dict, defaults: dict) -> dict:
 
 def stage_dir(root: Path, name: str, config) -> Path:
     """``root/_stages/<name>-<hash>``: the hash covers every config key that differs from its schema
-    default (so keys added to the schema later, at their defaults, leave trained stages where they are)."""
+    default (so keys added to the schema later, at their defaults, leave trained stages where they are)
+    and the documents' key."""
     from edge_jax.config import flat_json, schema_defaults
     kept = _identity(flat_json(config), flat_json(schema_defaults(config)))
+    kept["data_key"] = data_key(config)
     digest = hashlib.sha1(json.dumps(kept, sort_keys=True).encode()).hexdigest()[:10]
     return root / "_stages" / f"{name}-{digest}"
 
 
 def _older_stage(root: Path, name: str, s: int, config) -> Path | None:
     """A finished ``name`` stage for seed ``s`` whose config, upgraded to today's keys
-    (:func:`edge_jax.config.upgrade_config`), is ``config``: written before a key was renamed."""
+    (:func:`edge_jax.config.upgrade_config`), is ``config`` and whose documents are the same: written
+    before a key was renamed."""
     from edge_jax.config import flat_json, schema_defaults, upgrade_config
     defaults = flat_json(schema_defaults(config))
     want = _identity(flat_json(config), defaults)
+    documents = data_key(config)
     for wd in sorted((root / "_stages").glob(f"{name}-*/seed{s}")):
-        path = wd / "config.json"
-        if (wd / "final_metrics.json").exists() and path.exists():
+        path, recorded = wd / "config.json", wd / DATA_KEY_FILE
+        if (wd / "final_metrics.json").exists() and path.exists() and recorded.exists() \
+                and recorded.read_text().strip() == documents:
             if _identity(flat_json(upgrade_config(json.loads(path.read_text()))), defaults) == want:
                 return wd
     return None
@@ -113,6 +133,7 @@ def ensure(name: str, stages: dict, seed: int, root: Path, train_fn: Callable, l
     with _locked(wd.parent / f"seed{s}.lock"):
         if not (wd / "final_metrics.json").exists():
             log(f"stage {name} seed {s}: training in {wd}")
+            write_text_atomic(wd / DATA_KEY_FILE, data_key(config) + "\n")
             train_fn(config, str(wd))
     return wd
 

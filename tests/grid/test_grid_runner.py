@@ -294,6 +294,21 @@ def test_identical_cells_of_sibling_grids_are_reused_not_retrained(ablation, tmp
     assert len(train.calls) == 3
 
 
+def test_a_sibling_run_on_other_documents_is_not_reused(ablation, tmp_path):
+    """The same config over other documents (another dataset version), or a record that does not say
+    which documents it trained on, is not reused."""
+    first = tmp_path / "results" / "toy_a"
+    cli([ablation, "--out", first, "--seeds", 1], FakeTrain())
+    path = first / "records" / "wsd__seed0.json"
+    rec = json.loads(path.read_text())
+    key = rec["data_key"]  # '' here: the toy configs have no data section (stages test a real one)
+    assert runner.find_identical_run([first], rec["config"], "val_loss", documents=key)[0] == path
+    assert runner.find_identical_run([first], rec["config"], "val_loss", documents=key + "-v9") is None
+    del rec["data_key"]
+    path.write_text(json.dumps(rec))
+    assert runner.find_identical_run([first], rec["config"], "val_loss", documents=key) is None
+
+
 GIT = ["git", "-c", "user.email=t@t", "-c", "user.name=t"]
 
 

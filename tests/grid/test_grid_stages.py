@@ -55,6 +55,19 @@ def test_unknown_stage_reference_is_one_line():
     assert stages.references({"x": "{stage:a}/{stage:b}", "y": 3}) == ["a", "b"]
 
 
+def test_stage_identity_covers_the_documents(tmp_path, monkeypatch):
+    """Another version of a built-in dataset is another stage (never resumed on other documents)."""
+    import tensorflow_datasets as tfds
+
+    from edge_jax.config import load_config
+    from edge_jax.data.builders import EdgeLongctx
+    config = load_config("configs/edgeinfinite.py:stage=base")
+    key, where = stages.data_key(config), stages.stage_dir(tmp_path, "base", config)
+    assert key.startswith("longctx-len511_n16000_s0-v") and "_copies-len511_n16000_s0-v" in key
+    monkeypatch.setattr(EdgeLongctx, "VERSION", tfds.core.Version("9.9.9"))
+    assert stages.data_key(config) != key and stages.stage_dir(tmp_path, "base", config) != where
+
+
 def test_stage_written_before_a_key_rename_is_reused(tmp_path):
     """A gate stage trained with the old train.trainable=memory_gate / train.gate_lr keys is found by its
     upgraded config.json although its directory hash is the old one."""
@@ -68,11 +81,21 @@ def test_stage_written_before_a_key_rename_is_reused(tmp_path):
     legacy.mkdir(parents=True)
     (legacy / "config.json").write_text(json.dumps(old))
     (legacy / "final_metrics.json").write_text("{}")
+    (legacy / stages.DATA_KEY_FILE).write_text(stages.data_key(config) + "\n")
     assert stages.stage_dir(tmp_path, "gate", config).name != "gate-0123456789"
     trained = []
-    got = stages.ensure("gate", {"gate": {"base": spec_, "overrides": {"init_from": "/base"}}}, 1, tmp_path,
-                        lambda c, wd: trained.append(wd), lambda base, o: load_config(base, o), log=lambda m: None)
-    assert got == legacy and not trained
+    gate = {"gate": {"base": spec_, "overrides": {"init_from": "/base"}}}
+    got = stages.ensure("gate", gate, 1, tmp_path, lambda c, wd: trained.append(wd),
+                        lambda base, o: load_config(base, o), log=lambda m: None)
+    assert not trained and got == legacy
+    # ... only when it names the same documents (a stage that does not say is trained again)
+    for recorded in ["longctx-len799_n2000_s0-v0.9.0\n", None]:
+        if recorded:
+            (legacy / stages.DATA_KEY_FILE).write_text(recorded)
+        else:
+            (legacy / stages.DATA_KEY_FILE).unlink()
+        assert stages._older_stage(tmp_path, "gate", 1, config) is None
+    (legacy / stages.DATA_KEY_FILE).write_text(stages.data_key(config) + "\n")
     old["train"]["gate_lr"] = 0.1  # another learning rate is another run
     (legacy / "config.json").write_text(json.dumps(old))
     stages.ensure("gate", {"gate": {"base": spec_, "overrides": {"init_from": "/base"}}}, 1, tmp_path,
