@@ -3,7 +3,7 @@
 Names:
   pystdlib | facts | longctx   built-in TFDS builders, prepared on first use into
   | copies                     <data_dir>/tfds and read back with tfds data sources
-                               (copies: repeated random strings, data.longctx_length
+                               (copies: random strings that recur, data.longctx_length
                                characters per document, data.longctx_examples documents).
   tfds:<name>                  an already-prepared TFDS dataset (array_record) in
                                <data_dir>/tfds or <data_dir>; field data.text_key.

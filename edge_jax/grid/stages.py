@@ -9,8 +9,8 @@ value (usually ``init_from``). Before a unit runs, each stage it refers to is tr
 (``seed`` 0 for a ``shared`` stage, the unit's seed otherwise), so every grid beside OUT that needs
 the same run finds it there. The hash also covers the key of the documents the stage trains on
 (:func:`data_key`: a built-in dataset's version is part of it), so a stage is never resumed or reused
-on other documents than it started with. ``--set`` overrides of the grid command do not reach stages. A stage
-is done when its ``final_metrics.json`` exists; an unfinished one resumes from its checkpoints. An
+on other documents than it started with. ``--set`` overrides of the grid command do not reach stages.
+A stage is done when its ``final_metrics.json`` exists; an unfinished one resumes from its checkpoints. An
 exclusive lock per stage workdir keeps parallel grid processes (``--cell K`` in several shells) from
 training it twice. A finished stage written before a config key was renamed (its directory hash
 differs) is found by its upgraded ``config.json`` and reused when its ``data_key.txt`` names the same

@@ -67,7 +67,7 @@ def make_config(length: int = 4096, examples: int = 200, seed: int = 0) -> Copie
 
 
 class EdgeCopies(tfds.core.GeneratorBasedBuilder):
-    """Repeated random strings (see module docstring)."""
+    """Random strings recurring at random distances (see module docstring)."""
 
     name = "edge_copies"
     VERSION = tfds.core.Version("1.1.0")
