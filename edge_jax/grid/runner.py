@@ -32,6 +32,8 @@ from pathlib import Path
 from typing import Any, Callable, Iterable
 
 from edge_jax.grid.spec import Grid
+from edge_jax.grid.stages import data_key
+from edge_jax.grid.stages import resolve as resolve_stages
 from edge_jax.utils.atomic import write_json_atomic, write_text_atomic
 from edge_jax.utils.provenance import command_line, device_info, git_info, versions
 
@@ -159,10 +161,9 @@ def run_unit(grid: Grid, unit: Unit, out: str | Path, *,
     started_at = _now()
     overrides = grid.overrides(unit.cell, unit.seed, extra_overrides)
     if grid.stages:
-        from edge_jax.grid.stages import resolve
-        overrides = resolve(overrides, grid.stages, unit.seed, Path(out).resolve().parent, train_fn, load_config)
+        overrides = resolve_stages(overrides, grid.stages, unit.seed, Path(out).resolve().parent, train_fn,
+                                   load_config)
     config = load_config(grid.base, overrides)
-    from edge_jax.grid.stages import data_key
     documents = data_key(config)
     donor = find_identical_run(reuse_from, _config_dict(config), grid.metric, clean_only=not allow_dirty,
                                documents=documents)
@@ -253,7 +254,7 @@ def find_identical_run(dirs: Iterable[Path], config: dict, metric: str, clean_on
                 continue
             if clean_only and (rec.get("git") or {}).get("dirty"):
                 continue
-            if rec.get("data_key", None) != documents:
+            if rec.get("data_key") != documents:
                 continue
             have = {k: v for k, v in flatten(rec.get("config", {})).items() if k not in REUSE_IGNORED}
             if have == want:

@@ -27,9 +27,10 @@ def check_copies(doc: str, length: int) -> list[int]:
 @pytest.mark.parametrize("length", [96, 511, 2000])
 def test_documents_have_the_length_and_strings_recur(length):
     rng = random.Random(3)
-    backs = [check_copies(copies.make_document(rng, length), length) for _ in range(40)]
+    docs = [copies.make_document(rng, length) for _ in range(40)]
+    backs = [check_copies(doc, length) for doc in docs]
     recurring = sum(len(b) for b in backs)
-    total = sum(len(copies.make_document(random.Random(i), length).split()) for i in range(40))
+    total = sum(len(doc.split()) for doc in docs)  # the same documents' strings
     assert 0.3 < recurring / total < 0.6  # about REPEAT of the strings recur
     if length >= 511:  # distances spread over the document, not only to the string just before
         distances = [d for b in backs for d in b]
