@@ -1,23 +1,32 @@
 """EdgeInfinite: a memory-gating module trained on a frozen base, evaluated on long-context tasks.
 
-    edge-jax train --config configs/edgeinfinite.py:stage=base --workdir /tmp/ei_base    # the base LM
+    edge-jax train --config configs/edgeinfinite.py:stage=copy --workdir /tmp/ei_copy    # copying starts
+    edge-jax train --config configs/edgeinfinite.py:stage=copy --config.init_from=/tmp/ei_copy \
+        --workdir /tmp/ei_copy2                                   # again: pass keys are retrieved
+    edge-jax train --config configs/edgeinfinite.py:stage=base --config.init_from=/tmp/ei_copy2 \
+        --workdir /tmp/ei_base                                    # the base LM: multikey too
     edge-jax train --config configs/edgeinfinite.py --config.init_from=/tmp/ei_base --workdir /tmp/ei
     edge-jax train --config configs/edgeinfinite.py:method=snapkv --config.init_from=/tmp/ei_base \\
         --workdir /tmp/ei_snapkv                                  # a KV-cache baseline: evaluation only
 
-Arguments: size (tiny, paper), stage (base: train the dense base LM; gate: train only the memory-gating
-module on the frozen base from init_from, then evaluate), method (edgeinfinite, or a baseline fullkv,
+Arguments: size (tiny, paper), stage (copy, tiny only: a schedule of the base LM on longctx and copies,
+run twice, the second from the first's weights; base: train the dense base LM, the tiny one from the
+second copy run's weights; gate: train only the
+memory-gating module on the frozen base from init_from, then evaluate), method (edgeinfinite, or a baseline fullkv,
 streamingllm, snapkv, pyramidkv: no training, the base from init_from evaluated with that cache).
 
-Tiny: the dense tiny LM (d 128, 4 layers, byte tokens, RoPE base 10,000) trained for 3,000 steps on
-512-token windows, each one whole document: ``longctx`` documents (retrieval drills and task examples)
-and, one for one, ``copies`` documents (random strings recurring at any distance), without which no
-induction head forms in the base's budget and it cannot retrieve (docs/edgeinfinite.md); after training
-it is checked on passkey and multikey prompts inside its window. EdgeInfinite keeps 32 sink and 32
-window tokens around 128-token segments (the paper's 300 / 200 / 2048, scaled), so the local cache never
-passes 192 tokens, and the gate trains on 800-token windows of whole longctx documents (5 segments
-each). The gate logits start at -2 (memory weight 0.12, so training starts close to the base; the paper
-does not say) and learn at 0.05. Paper: sink 300, window 200, segment 2048, the gate trained at lr
+Tiny: the dense tiny LM (d 128, 4 layers, byte tokens, RoPE base 10,000) trained on 512-token windows,
+each one whole document, in three schedules (each a warm-up and a cosine): copy, 1,500 steps on
+``longctx`` documents (retrieval drills and task examples) and, one for one, ``copies`` documents
+(random strings written 2-4 times in a row), on which copying starts (without them no induction head
+forms in the base's budget); copy again from those weights, in which pass keys come to be retrieved;
+then base, 1,000 steps on ``longctx`` and as many ``drills`` documents (retrieval drills alone), whose
+many key-value lookups teach it to match a question's key (the measurements behind each step are in
+docs/edgeinfinite.md). After training the base is checked on passkey and multikey prompts inside its
+window. EdgeInfinite keeps 32 sink and 32 window tokens around 128-token segments (the paper's 300 /
+200 / 2048, scaled), so the local cache never passes 192 tokens, and the gate trains on 800-token
+windows of whole longctx documents (5 segments each). The gate logits start at -2 (memory weight 0.12,
+so training starts close to the base; the paper does not say) and learn at 0.05. Paper: sink 300, window 200, segment 2048, the gate trained at lr
 0.005; BlueLM-3B's shape is not published, so the Qwen3-4B shape stands in.
 """
 from edge_jax.config import ConfigError, parse_arg
@@ -27,15 +36,17 @@ from edge_jax.papers.edgeinfinite.config import GATE, window_lengths
 
 GATE_LR = (".*memory_gate/g=10.0",)  # the gate logits learn at 10 x train.lr (0.05 at lr 0.005)
 
-STAGES = ("base", "gate")
+STAGES = ("copy", "base", "gate")
 SIZES = {"tiny": "tiny", "paper": "qwen3_4b"}
 
+# Documents of exactly 511 characters (+ eos = one 512-token window each), see edge_jax.data.builders.longctx.
+# copy: beside every longctx document one of copies (as long), on which copying starts; base: beside it one
+# of drills (retrieval drills alone), whose many key-value lookups teach matching a question's key
+WINDOW = dict(longctx_length=511, longctx_examples=16000, seq_len=512, batch_size=8)
+BASE_TRAIN = dict(lr=3e-3, min_lr=3e-4, warmup_steps=60, eval_every=100, eval_batches=8)
 TINY = dict(
-    # Documents of exactly 511 characters (+ eos = one 512-token window each), see edge_jax.data.builders.longctx;
-    # the copies documents (as many, as long) teach copying, on which retrieval is built
-    base=dict(data=dict(name="longctx+copies", longctx_length=511, longctx_examples=16000, seq_len=512,
-                        batch_size=8),
-              train=dict(steps=3000, lr=3e-3, min_lr=3e-4, warmup_steps=60, eval_every=100, eval_batches=8),
+    copy=dict(data=dict(name="longctx+copies", **WINDOW), train=dict(steps=1500, **BASE_TRAIN)),
+    base=dict(data=dict(name="longctx+drills", **WINDOW), train=dict(steps=1000, **BASE_TRAIN),
               longctx=dict(inwindow_examples=20, inwindow_lengths=(384, 500))),
     gate=dict(data=dict(name="longctx", longctx_length=799, longctx_examples=2000, seq_len=800, batch_size=8),
               train=dict(steps=150, lr=5e-3, min_lr=5e-4, warmup_steps=15, eval_every=50, eval_batches=4,
@@ -66,10 +77,13 @@ def get_config(arg=None):
     c.model.update(preset.get("model", {}))
     sizes = preset["infini"]
     c.model.update({k: v for k, v in sizes.items() if k not in ("infini_hidden", "infini_gate_init")})
-    if a.stage == "base":
+    if a.stage in ("copy", "base"):
         if a.method != "edgeinfinite":
-            raise ConfigError("stage=base trains the base LM; pass method= only with stage=gate")
-        for section, values in preset["base"].items():
+            raise ConfigError(f"stage={a.stage} trains the base LM; pass method= only with stage=gate")
+        if a.stage not in preset:
+            raise ConfigError(f"stage={a.stage} is a tiny-preset schedule; size={a.size} has stages "
+                              f"{', '.join(k for k in STAGES if k in preset)}")
+        for section, values in preset[a.stage].items():
             c[section].update(values)
         return c
     for section, values in preset["gate"].items():

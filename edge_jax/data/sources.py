@@ -2,9 +2,10 @@
 
 Names:
   pystdlib | facts | longctx   built-in TFDS builders, prepared on first use into
-  | copies                     <data_dir>/tfds and read back with tfds data sources
-                               (copies: random strings that recur, data.longctx_length
-                               characters per document, data.longctx_examples documents).
+  | drills | copies            <data_dir>/tfds and read back with tfds data sources
+                               (drills: longctx's retrieval drills alone; copies: random strings
+                               written 2-4 times in a row; data.longctx_length characters per
+                               document, data.longctx_examples documents).
   tfds:<name>                  an already-prepared TFDS dataset (array_record) in
                                <data_dir>/tfds or <data_dir>; field data.text_key.
   text:<glob>                  local UTF-8 text files (recursive ** allowed).
@@ -40,9 +41,10 @@ from edge_jax.data.file_sources import FORMATS as FILE_FORMATS
 from edge_jax.data.file_sources import VALIDATION_PER_MILLE as TEXT_VALIDATION_PER_MILLE
 from edge_jax.data.file_sources import file_source
 
-BUILTIN = ("pystdlib", "facts", "longctx", "copies")
+BUILTIN = ("pystdlib", "facts", "longctx", "drills", "copies")
 WITH_QA = ("facts", "longctx")  # the built-ins with a question split
-VALID_NAMES = ("pystdlib, facts, longctx, copies, tfds:<name>, text:<glob>, parquet:<glob>, jsonl:<glob>, "
+VALID_NAMES = ("pystdlib, facts, longctx, drills, copies, tfds:<name>, text:<glob>, parquet:<glob>, "
+               "jsonl:<glob>, "
                "a+b (e.g. pystdlib+facts), a+b*K (b's training text K times)")
 # Test-size switch: a positive value limits pystdlib to that many files (a separate config).
 PYSTDLIB_MAX_FILES_ENV = "EDGE_JAX_PYSTDLIB_MAX_FILES"
@@ -130,7 +132,9 @@ def _builder_config(kind: str, params: tuple):
     from edge_jax.data.builders import copies, facts, longctx_builder, pystdlib
 
     return {"pystdlib": pystdlib.make_config, "facts": facts.make_config,
-            "longctx": longctx_builder.make_config, "copies": copies.make_config}[kind](*params)
+            "longctx": longctx_builder.make_config,
+            "drills": functools.partial(longctx_builder.make_config, form="drills"),
+            "copies": copies.make_config}[kind](*params)
 
 
 def _prepared(cls, config, tfds_dir: str):
@@ -293,7 +297,7 @@ def resolve(name: str, data_dir: str = "", *, text_key: str = "text", facts_enti
         return _builtin(name, data_dir, (int(os.environ.get(PYSTDLIB_MAX_FILES_ENV, "0") or 0),))
     if name == "facts":
         return _builtin(name, data_dir, (int(facts_entities),))
-    if name in ("longctx", "copies"):
+    if name in ("longctx", "drills", "copies"):
         return _builtin(name, data_dir, (int(longctx_length), int(longctx_examples)))
     if name.startswith("tfds:") and name[5:]:
         return _tfds(name[5:], data_dir, text_key)

@@ -1,4 +1,4 @@
-"""`edge_copies`: documents of repeated random strings, and the `copies` dataset name."""
+"""`edge_copies`: documents of random strings written several times in a row, and the `copies` dataset name."""
 import random
 
 import pytest
@@ -7,34 +7,29 @@ from edge_jax.data import DataError, resolve
 from edge_jax.data.builders import copies
 
 
-def check_copies(doc: str, length: int) -> list[int]:
-    """Exactly `length` characters of strings of the alphabet; returns, for every string that recurs,
-    how many strings back it stood before."""
+def check_copies(doc: str, length: int) -> None:
+    """Exactly `length` characters of lines, each one string of the alphabet written 2-MAX_REPEATS times."""
     assert len(doc) == length
-    words = doc.replace("\n", " ").split(" ")
-    whole = words[:-1]  # the last one may be cut (or empty, when the cut falls after a separator)
-    assert all(w and set(w) <= set(copies.ALPHABET) for w in whole) and set(words[-1]) <= set(copies.ALPHABET)
-    assert all(copies.MIN_CHARS <= len(w) <= copies.MAX_CHARS for w in whole)
-    last: dict[str, int] = {}
-    back = []
-    for i, w in enumerate(whole):
-        if w in last:
-            back.append(i - last[w])
-        last[w] = i
-    return back
+    lines = doc.split("\n")
+    for i, line in enumerate(lines):
+        words = line.split(" ")
+        assert all(set(w) <= set(copies.ALPHABET) for w in words)
+        if i < len(lines) - 1:  # the last line may be cut anywhere, even after a space
+            assert 2 <= len(words) <= copies.MAX_REPEATS and len(set(words)) == 1
+            assert copies.MIN_CHARS <= len(words[0]) <= copies.MAX_CHARS
+        else:
+            assert all(words[0].startswith(w) for w in words[1:])
 
 
-@pytest.mark.parametrize("length", [96, 511, 2000])
-def test_documents_have_the_length_and_strings_recur(length):
+@pytest.mark.parametrize("length", [120, 511, 2000])
+def test_documents_have_the_length_and_strings_repeat(length):
     rng = random.Random(3)
     docs = [copies.make_document(rng, length) for _ in range(40)]
-    backs = [check_copies(doc, length) for doc in docs]
-    recurring = sum(len(b) for b in backs)
-    total = sum(len(doc.split()) for doc in docs)  # the same documents' strings
-    assert 0.3 < recurring / total < 0.6  # about REPEAT of the strings recur
-    if length >= 511:  # distances spread over the document, not only to the string just before
-        distances = [d for b in backs for d in b]
-        assert max(distances) >= 10 and sum(d > 3 for d in distances) > len(distances) / 3
+    for doc in docs:
+        check_copies(doc, length)
+    words = [w for doc in docs for line in doc.split("\n")[:-1] for w in line.split(" ")]
+    assert len(set(words)) < len(words) / 2  # every string at least twice
+    assert len({doc.split(" ")[0] for doc in docs}) == len(docs)  # new strings in every document
 
 
 def test_splits_are_pure_and_distinct():
@@ -47,7 +42,7 @@ def test_splits_are_pure_and_distinct():
 
 def test_builder_prepares_and_mixes_with_longctx(tmp_path):
     source = resolve("copies", str(tmp_path), longctx_length=300, longctx_examples=8)
-    assert source.key == "copies-len300_n8_s0-v1.1.0" and source.splits == ("train", "validation")
+    assert source.key == "copies-len300_n8_s0-v1.2.0" and source.splits == ("train", "validation")
     assert source.documents("train") == [r["text"] for r in copies.generate_split("train", 300, 8, 0)]
     mixed = resolve("longctx+copies", str(tmp_path), longctx_length=300, longctx_examples=8)
     train = mixed.documents("train")
@@ -59,5 +54,5 @@ def test_builder_prepares_and_mixes_with_longctx(tmp_path):
 
 
 def test_too_short_a_document_is_refused(tmp_path):
-    with pytest.raises(DataError, match="copies needs length >= 96.*longctx_length"):
-        resolve("copies", str(tmp_path), longctx_length=90)
+    with pytest.raises(DataError, match="copies needs length >= 120.*longctx_length"):
+        resolve("copies", str(tmp_path), longctx_length=100)

@@ -98,3 +98,20 @@ def test_training_documents_deterministic_and_split():
     for seed in range(10):
         r = longctx_builder.make_document(random.Random(seed), 217)
         check_document(r, 217)
+
+
+def test_drills_form_and_its_dataset_name(tmp_path):
+    """The drills form: only retrieval drills; the mixed form's documents (and data key) are unchanged."""
+    from edge_jax.data import resolve
+    drills = longctx_builder.generate_split("train", 511, 40, 0, "drills")
+    for r in drills:
+        check_document(r, 511)
+        assert not r["text"].startswith(tuple(longctx.INSTRUCTIONS.values()))
+    assert longctx_builder.generate_split("train", 511, 40, 0) == longctx_builder.generate_split(
+        "train", 511, 40, 0, "mixed")
+    source = resolve("drills", str(tmp_path), longctx_length=300, longctx_examples=8)
+    assert source.key == "drills-drills_len300_n8_s0-v1.2.0" and source.splits == ("train", "validation")
+    assert source.documents("train") == [r["text"] for r in longctx_builder.generate_split("train", 300, 8, 0, "drills")]
+    assert resolve("longctx", str(tmp_path), longctx_length=300, longctx_examples=8).key == "longctx-len300_n8_s0-v1.2.0"
+    with pytest.raises(ValueError, match="unknown longctx form 'all'; valid: mixed, drills"):
+        longctx_builder.make_config(511, 8, 0, "all")

@@ -61,11 +61,11 @@ def test_stage_identity_covers_the_documents(tmp_path, monkeypatch):
 
     from edge_jax.config import load_config
     from edge_jax.data.builders import EdgeLongctx
-    config = load_config("configs/edgeinfinite.py:stage=base")
-    key, where = stages.data_key(config), stages.stage_dir(tmp_path, "base", config)
+    config = load_config("configs/edgeinfinite.py:stage=copy")
+    key, where = stages.data_key(config), stages.stage_dir(tmp_path, "copy", config)
     assert key.startswith("longctx-len511_n16000_s0-v") and "_copies-len511_n16000_s0-v" in key
     monkeypatch.setattr(EdgeLongctx, "VERSION", tfds.core.Version("9.9.9"))
-    assert stages.data_key(config) != key and stages.stage_dir(tmp_path, "base", config) != where
+    assert stages.data_key(config) != key and stages.stage_dir(tmp_path, "copy", config) != where
 
 
 def test_stage_written_before_a_key_rename_is_reused(tmp_path):

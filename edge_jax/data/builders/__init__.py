@@ -6,7 +6,9 @@ from edge_jax.data.builders.facts import EdgeFacts, FactsConfig
 from edge_jax.data.builders.longctx_builder import EdgeLongctx, LongctxConfig
 from edge_jax.data.builders.pystdlib import EdgePystdlib, PystdlibConfig
 
-BUILDERS = {"pystdlib": EdgePystdlib, "facts": EdgeFacts, "longctx": EdgeLongctx, "copies": EdgeCopies}
+# dataset name -> builder (drills is a form of edge_longctx)
+BUILDERS = {"pystdlib": EdgePystdlib, "facts": EdgeFacts, "longctx": EdgeLongctx, "drills": EdgeLongctx,
+            "copies": EdgeCopies}
 
 __all__ = ["BUILDERS", "CopiesConfig", "EdgeCopies", "EdgeFacts", "EdgeLongctx", "EdgePystdlib", "FactsConfig",
            "LongctxConfig", "PystdlibConfig"]

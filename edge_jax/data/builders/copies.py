@@ -1,13 +1,12 @@
-"""`edge_copies`: random strings that recur at random distances, a dense copying corpus.
+"""`edge_copies`: random strings written several times in a row, a dense copying corpus.
 
-Every train and validation document is exactly `length` characters: random strings (`ALPHABET`,
-`MIN_CHARS` to `MAX_CHARS` characters) separated by single spaces or newlines; each next string is,
-with probability `REPEAT`, one already written in the document (drawn uniformly from those, so the
-distance back to it ranges over the whole document), else a new one. The last string is cut at
-`length`. The characters of a recurring string after its first are predictable only by finding where
-it stood before and copying what followed, at any distance: the induction head retrieval needs.
-Mixed into a corpus with too few copyable tokens for one to form (`longctx+copies`: the EdgeInfinite
-tiny base, docs/edgeinfinite.md), it makes in-context retrieval learnable.
+Every train and validation document is exactly `length` characters of lines, each one random string
+(`ALPHABET`, `MIN_CHARS` to `MAX_CHARS` characters) written 2 to `MAX_REPEATS` times separated by
+spaces; the last line is cut at `length`. Every repeat after a string's first is predictable only by
+copying from earlier in the window, so a small model forms induction heads on them (attend to where
+the current text occurred before and copy what followed). Mixed into a corpus with too few copyable
+tokens for that to happen (`longctx+copies`: the EdgeInfinite tiny base, docs/edgeinfinite.md), it
+lets in-context retrieval be learned.
 
 Splits: train (`examples` documents) and validation (max(3, examples // 10)), each with its own
 random stream; everything is a pure function of (length, examples, seed).
@@ -22,25 +21,19 @@ from typing import ClassVar
 import tensorflow_datasets as tfds
 
 ALPHABET = string.ascii_lowercase + string.digits
-MIN_CHARS, MAX_CHARS = 8, 24
-REPEAT = 0.5  # the chance that the next string is one already written
-NEWLINE = 0.2  # the chance that a separator is a newline (else a space)
+MIN_CHARS, MAX_CHARS = 8, 60
+MAX_REPEATS = 4
 
 
 def make_document(rng: random.Random, length: int) -> str:
     """One document of exactly `length` characters (see module docstring)."""
-    written: list[str] = []
-    parts: list[str] = []
-    size = 0
+    lines: list[str] = []
+    size = -1  # of "\n".join(lines)
     while size < length:
-        if written and rng.random() < REPEAT:
-            word = rng.choice(written)
-        else:
-            word = "".join(rng.choices(ALPHABET, k=rng.randint(MIN_CHARS, MAX_CHARS)))
-            written.append(word)
-        parts += [word, "\n" if rng.random() < NEWLINE else " "]
-        size += len(word) + 1
-    return "".join(parts)[:length]
+        word = "".join(rng.choices(ALPHABET, k=rng.randint(MIN_CHARS, MAX_CHARS)))
+        lines.append(" ".join([word] * rng.randint(2, MAX_REPEATS)))
+        size += len(lines[-1]) + 1
+    return "\n".join(lines)[:length]
 
 
 def split_sizes(examples: int) -> dict[str, int]:
@@ -60,20 +53,21 @@ class CopiesConfig(tfds.core.BuilderConfig):
 
 
 def make_config(length: int = 4096, examples: int = 200, seed: int = 0) -> CopiesConfig:
-    if length < 4 * MAX_CHARS or examples < 1:
-        raise ValueError(f"copies needs length >= {4 * MAX_CHARS} and examples >= 1, got {length}, {examples}")
+    if length < 2 * MAX_CHARS or examples < 1:
+        raise ValueError(f"copies needs length >= {2 * MAX_CHARS} and examples >= 1, got {length}, {examples}")
     return CopiesConfig(name=f"len{length}_n{examples}_s{seed}", length=length, examples=examples, seed=seed,
-                        description=f"{examples} documents of {length} characters of recurring strings, seed {seed}")
+                        description=f"{examples} documents of {length} characters of repeated strings, seed {seed}")
 
 
 class EdgeCopies(tfds.core.GeneratorBasedBuilder):
-    """Random strings recurring at random distances (see module docstring)."""
+    """Random strings written several times in a row (see module docstring)."""
 
     name = "edge_copies"
-    VERSION = tfds.core.Version("1.1.0")
+    VERSION = tfds.core.Version("1.2.0")
     RELEASE_NOTES: ClassVar[dict[str, str]] = {
         "1.0.0": "First release: lines of one string written 2-4 times.",
         "1.1.0": "Strings recur at random distances (any earlier string of the document), 8-24 characters.",
+        "1.2.0": "1.0.0's lines again: 1.1.0's distant recurrences started no copying in a 3,000-step base.",
     }
 
     def _info(self) -> tfds.core.DatasetInfo:

@@ -11,11 +11,13 @@ document (`SINGLE` of them) or several shorter ones of random lengths, tasks dra
 `TRAIN_WEIGHTS` (the two retrieval tasks most), a multikey example asking up to
 `MULTIKEY_QUESTIONS` of its keys where they fit ("Question: ... Answer: v" pairs after the first).
 Parts are joined by a blank line and newlines pad the document to its length. A document's record
-has its first part's prompt, answer and task.
+has its first part's prompt, answer and task. The `drills` form (dataset name `drills`) writes
+only retrieval drills (train and validation): mixed 1:1 into `longctx` it triples the key-value
+lookups, which a tiny model needs many of before it matches a question's key (docs/edgeinfinite.md).
 
 Splits: train (`examples` documents), validation (max(3, examples // 10) documents) and qa
 (max(6, examples // 4) single examples, tasks in turn, the prompts load_qa returns); each split
-has its own random stream, and everything is a pure function of (length, examples, seed).
+has its own random stream, and everything is a pure function of (form, length, examples, seed).
 """
 from __future__ import annotations
 
@@ -81,6 +83,7 @@ def shortest_text(task: str) -> int:
 
 
 DRILL = 0.5  # the share of training documents that are retrieval drills (below)
+FORMS = {"mixed": DRILL, "drills": 1.0}  # form -> its share of drill documents
 DRILL_PASSKEY = 0.3  # the share of drill blocks that are pass keys (the rest key-value lookups)
 _ALL_KEYS = tuple(f"{a}-{b}" for a in KEY_A for b in KEY_B)
 
@@ -126,15 +129,15 @@ def _drill(rng: random.Random, length: int) -> tuple[list[str], str]:
         parts.append(block[1])
 
 
-def make_document(rng: random.Random, length: int) -> dict:
+def make_document(rng: random.Random, length: int, drill: float = DRILL) -> dict:
     """A training document of exactly `length` characters: complete examples, or retrieval drills
-    (`DRILL` of them), joined by a blank line and padded with newlines (see the module docstring).
+    (a `drill` share of them), joined by a blank line and padded with newlines (see the module docstring).
     `text` is the document; `prompt`, `answer` and `task` are its first example's (or drill's)."""
     weights = {t: w for t, w in TRAIN_WEIGHTS.items() if shortest_text(t) <= length}
     if not weights:
         raise ValueError(f"a longctx training document of {length} characters fits no task; use length >= "
                          f"{min(shortest_text(t) for t in TASKS)}")
-    parts, first_task = _drill(rng, length) if rng.random() < DRILL else ([], "")
+    parts, first_task = _drill(rng, length) if rng.random() < drill else ([], "")
     if not parts:
         parts, first_task = _examples(rng, length, weights)
     doc = _SEP.join(parts)
@@ -170,27 +173,32 @@ def split_sizes(examples: int) -> dict[str, int]:
     return {"train": examples, "validation": max(3, examples // 10), "qa": max(6, examples // 4)}
 
 
-def generate_split(split: str, length: int, examples: int, seed: int) -> list[dict]:
-    rng = random.Random(f"edge_longctx:{seed}:{length}:{split}")
+def generate_split(split: str, length: int, examples: int, seed: int, form: str = "mixed") -> list[dict]:
+    # the mixed form's stream is the one edge_longctx 1.2.0 has always written
+    rng = random.Random(f"edge_longctx:{seed}:{length}:{split}" + ("" if form == "mixed" else f":{form}"))
     n = split_sizes(examples)[split]
     if split == "qa":
         return [make_example(rng, TASKS[i % len(TASKS)], length) for i in range(n)]
-    return [make_document(rng, length) for _ in range(n)]
+    return [make_document(rng, length, FORMS[form]) for _ in range(n)]
 
 
 @dataclasses.dataclass
 class LongctxConfig(tfds.core.BuilderConfig):
+    form: str = "mixed"
     length: int = 4096
     examples: int = 200
     seed: int = 0
 
 
-def make_config(length: int = 4096, examples: int = 200, seed: int = 0) -> LongctxConfig:
+def make_config(length: int = 4096, examples: int = 200, seed: int = 0, form: str = "mixed") -> LongctxConfig:
+    if form not in FORMS:
+        raise ValueError(f"unknown longctx form {form!r}; valid: {', '.join(FORMS)}")
     if length < 256 or examples < 1:
         raise ValueError(f"longctx needs length >= 256 and examples >= 1, got {length}, {examples}")
-    return LongctxConfig(name=f"len{length}_n{examples}_s{seed}", length=length,
+    prefix = "" if form == "mixed" else f"{form}_"  # the mixed form keeps its 1.2.0 name (and data key)
+    return LongctxConfig(name=f"{prefix}len{length}_n{examples}_s{seed}", form=form, length=length,
                          examples=examples, seed=seed,
-                         description=f"{examples} examples of ~{length} characters, seed {seed}")
+                         description=f"{examples} {form} documents of ~{length} characters, seed {seed}")
 
 
 class EdgeLongctx(RecordsBuilder):
@@ -212,4 +220,4 @@ class EdgeLongctx(RecordsBuilder):
 
     def records(self, split):
         c = self.builder_config
-        return generate_split(split, c.length, c.examples, c.seed)
+        return generate_split(split, c.length, c.examples, c.seed, c.form)

@@ -41,7 +41,15 @@ def _spec(preset: str, arg: str = "") -> str:
 
 
 def stages(preset: str) -> dict:
-    return {"base": {"base": _spec(preset, "stage=base"), "shared": True},
+    """The base LM once (tiny: the copy schedule twice, then base from its weights), the gate per seed."""
+    base = {"base": _spec(preset, "stage=base"), "shared": True}
+    copy = {}
+    if preset == "tiny":
+        copy = {"copy": {"base": _spec(preset, "stage=copy"), "shared": True},
+                "copy2": {"base": _spec(preset, "stage=copy"), "shared": True,
+                          "overrides": {"init_from": "{stage:copy}"}}}
+        base["overrides"] = {"init_from": "{stage:copy2}"}
+    return {**copy, "base": base,
             "gate": {"base": _spec(preset), "overrides": {"init_from": "{stage:base}", "longctx.method": ""}}}
 
 
@@ -62,10 +70,12 @@ def baseline_cell(method: str) -> dict:
 
 
 def notes(preset: str, text: str) -> str:
-    tiny = ("Tiny preset: the dense tiny LM (d 128, 4 layers, byte tokens, RoPE base 10,000) trained once for "
-            "3,000 steps on 512-token windows that each hold one whole document: longctx documents (retrieval drills "
-            "and examples weighted to passkey and multikey) and as many copies documents (random strings recurring at any "
-            "distance, which teach the copying retrieval needs; the shared base stage), then checked inside its window: "
+    tiny = ("Tiny preset: the dense tiny LM (d 128, 4 layers, byte tokens, RoPE base 10,000) trained once on "
+            "512-token windows that each hold one whole document, in three schedules, each from the last one's "
+            "weights (the shared stages copy, copy2 and base): twice 1,500 steps on longctx documents (retrieval "
+            "drills and examples weighted to passkey and multikey) and as many copies documents (random strings "
+            "written 2-4 times in a row, which teach the copying retrieval needs), then 1,000 steps on longctx and "
+            "as many drills documents (retrieval drills alone: many key-value lookups); then checked inside its window: "
             "base/inwindow/* is its exact match in percent on passkey (single_needle) and multikey (multi_key) "
             "prompts of 384 and 500 tokens with full attention. EdgeInfinite's gate (per-head MLP of 32, one gate "
             "logit per head) trained for 150 steps on 800-token windows with sink 32, window 32, segment 128, on "

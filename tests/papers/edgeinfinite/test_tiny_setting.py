@@ -13,6 +13,7 @@ from edge_jax.data.builders.longctx import TASKS, eval_prompts
 from edge_jax.layers.infini import segment_layout
 from edge_jax.models import DecoderLM, ModelConfig
 from edge_jax.papers.edgeinfinite.config import PROMPT_SLACK, window_lengths
+from edge_jax.papers.edgeinfinite.grid import stages
 from edge_jax.papers.edgeinfinite.inference import EdgeInfiniteSession
 from tests.helpers import perturbed
 
@@ -83,8 +84,20 @@ def test_algorithm1_keeps_less_without_the_window_at_such_lengths():
 def test_tiny_base_setting_and_inwindow_keys():
     c = load_config("configs/edgeinfinite.py:stage=base")
     assert (c.data.longctx_length + 1, c.data.seq_len) == (512, 512)  # one whole document per window
-    assert c.train.steps == 3000 and c.longctx.inwindow_examples == 20
-    assert c.data.name == "longctx+copies"  # copying first: the base does not retrieve without it
+    assert c.train.steps == 1000 and c.longctx.inwindow_examples == 20
+    assert c.data.name == "longctx+drills"  # many key-value lookups: multikey needs them
+    copy = load_config("configs/edgeinfinite.py:stage=copy")  # copying first: the base does not retrieve without it
+    assert copy.data.name == "longctx+copies" and copy.model.to_dict() == c.model.to_dict()
+    assert copy.train.steps == 1500 and copy.train.lr == c.train.lr and copy.longctx.inwindow_examples == 0
+    assert {k: v for k, v in copy.data.items() if k != "name"} == {k: v for k, v in c.data.items() if k != "name"}
+    with pytest.raises(ConfigError, match="stage=copy is a tiny-preset schedule; size=paper has stages base, gate"):
+        load_config("configs/edgeinfinite.py:size=paper,stage=copy")
+    grid_stages = stages("tiny")  # copy, copy again from its weights, then the base from those
+    assert list(grid_stages) == ["copy", "copy2", "base", "gate"]
+    assert grid_stages["copy2"]["base"] == grid_stages["copy"]["base"]
+    assert [grid_stages[s].get("overrides", {}).get("init_from") for s in ("copy", "copy2", "base")] == [
+        None, "{stage:copy}", "{stage:copy2}"]
+    assert list(stages("paper")) == ["base", "gate"] and "overrides" not in stages("paper")["base"]
     assert max(c.longctx.inwindow_lengths) + c.longctx.answer_tokens <= c.data.seq_len
     gate = load_config("configs/edgeinfinite.py", GATE)
     assert gate.data.longctx_length + 1 == gate.data.seq_len and gate.longctx.inwindow_examples == 0
