@@ -11,9 +11,9 @@
 
 Arguments: size (tiny, paper), stage (copy, tiny only: a schedule of the base LM on longctx and copies,
 run twice, the second from the first's weights; base: train the dense base LM, the tiny one from the
-second copy run's weights; gate: train only the
-memory-gating module on the frozen base from init_from, then evaluate), method (edgeinfinite, or a baseline fullkv,
-streamingllm, snapkv, pyramidkv: no training, the base from init_from evaluated with that cache).
+second copy run's weights; gate: train only the memory-gating module on the frozen base from init_from,
+then evaluate), method (edgeinfinite, or a baseline fullkv, streamingllm, snapkv, pyramidkv: no
+training, the base from init_from evaluated with that cache).
 
 Tiny: the dense tiny LM (d 128, 4 layers, byte tokens, RoPE base 10,000) trained on 512-token windows,
 each one whole document, in three schedules (each a warm-up and a cosine): copy, 1,500 steps on
@@ -26,8 +26,9 @@ docs/edgeinfinite.md). After training the base is checked on passkey and multike
 window. EdgeInfinite keeps 32 sink and 32 window tokens around 128-token segments (the paper's 300 /
 200 / 2048, scaled), so the local cache never passes 192 tokens, and the gate trains on 800-token
 windows of whole longctx documents (5 segments each). The gate logits start at -2 (memory weight 0.12,
-so training starts close to the base; the paper does not say) and learn at 0.05. Paper: sink 300, window 200, segment 2048, the gate trained at lr
-0.005; BlueLM-3B's shape is not published, so the Qwen3-4B shape stands in.
+so training starts close to the base; the paper does not say) and learn at 0.05. Paper: sink 300,
+window 200, segment 2048, the gate trained at lr 0.005; BlueLM-3B's shape is not published, so the
+Qwen3-4B shape stands in.
 """
 from edge_jax.config import ConfigError, parse_arg
 from edge_jax.infer.kv_methods import KV_METHODS

@@ -102,16 +102,20 @@ def test_training_documents_deterministic_and_split():
 
 def test_drills_form_and_its_dataset_name(tmp_path):
     """The drills form: only retrieval drills; the mixed form's documents (and data key) are unchanged."""
+    import hashlib
+
     from edge_jax.data import resolve
     drills = longctx_builder.generate_split("train", 511, 40, 0, "drills")
     for r in drills:
         check_document(r, 511)
         assert not r["text"].startswith(tuple(longctx.INSTRUCTIONS.values()))
-    assert longctx_builder.generate_split("train", 511, 40, 0) == longctx_builder.generate_split(
-        "train", 511, 40, 0, "mixed")
+    mixed = "".join(r["text"] for r in longctx_builder.generate_split("train", 300, 6, 0))
+    assert hashlib.sha256(mixed.encode()).hexdigest()[:16] == "2a6d8c04ebde5e5b"  # what 1.2.0 wrote before forms
     source = resolve("drills", str(tmp_path), longctx_length=300, longctx_examples=8)
     assert source.key == "drills-drills_len300_n8_s0-v1.2.0" and source.splits == ("train", "validation")
-    assert source.documents("train") == [r["text"] for r in longctx_builder.generate_split("train", 300, 8, 0, "drills")]
-    assert resolve("longctx", str(tmp_path), longctx_length=300, longctx_examples=8).key == "longctx-len300_n8_s0-v1.2.0"
+    expected = longctx_builder.generate_split("train", 300, 8, 0, "drills")
+    assert source.documents("train") == [r["text"] for r in expected]
+    key = resolve("longctx", str(tmp_path), longctx_length=300, longctx_examples=8).key
+    assert key == "longctx-len300_n8_s0-v1.2.0"
     with pytest.raises(ValueError, match="unknown longctx form 'all'; valid: mixed, drills"):
         longctx_builder.make_config(511, 8, 0, "all")

@@ -12,8 +12,9 @@ document (`SINGLE` of them) or several shorter ones of random lengths, tasks dra
 `MULTIKEY_QUESTIONS` of its keys where they fit ("Question: ... Answer: v" pairs after the first).
 Parts are joined by a blank line and newlines pad the document to its length. A document's record
 has its first part's prompt, answer and task. The `drills` form (dataset name `drills`) writes
-only retrieval drills (train and validation): mixed 1:1 into `longctx` it triples the key-value
-lookups, which a tiny model needs many of before it matches a question's key (docs/edgeinfinite.md).
+only retrieval drills (train and validation): mixed 1:1 into `longctx`, three documents in four are
+drills, and a tiny model needs that many key-value lookups before it matches a question's key
+(docs/edgeinfinite.md).
 
 Splits: train (`examples` documents), validation (max(3, examples // 10) documents) and qa
 (max(6, examples // 4) single examples, tasks in turn, the prompts load_qa returns); each split
@@ -131,7 +132,7 @@ def _drill(rng: random.Random, length: int) -> tuple[list[str], str]:
 
 def make_document(rng: random.Random, length: int, drill: float = DRILL) -> dict:
     """A training document of exactly `length` characters: complete examples, or retrieval drills
-    (a `drill` share of them), joined by a blank line and padded with newlines (see the module docstring).
+    (a `drill` share of them), joined by a blank line and padded with newlines (module docstring).
     `text` is the document; `prompt`, `answer` and `task` are its first example's (or drill's)."""
     weights = {t: w for t, w in TRAIN_WEIGHTS.items() if shortest_text(t) <= length}
     if not weights:
