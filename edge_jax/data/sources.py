@@ -44,8 +44,7 @@ from edge_jax.data.file_sources import file_source
 BUILTIN = ("pystdlib", "facts", "longctx", "drills", "copies")
 WITH_QA = ("facts", "longctx")  # the built-ins with a question split
 VALID_NAMES = ("pystdlib, facts, longctx, drills, copies, tfds:<name>, text:<glob>, parquet:<glob>, "
-               "jsonl:<glob>, "
-               "a+b (e.g. pystdlib+facts), a+b*K (b's training text K times)")
+               "jsonl:<glob>, a+b (e.g. pystdlib+facts), a+b*K (b's training text K times)")
 # Test-size switch: a positive value limits pystdlib to that many files (a separate config).
 PYSTDLIB_MAX_FILES_ENV = "EDGE_JAX_PYSTDLIB_MAX_FILES"
 
