@@ -199,7 +199,7 @@ def markdown(t: Table) -> str:
         lines.append("| " + " | ".join(cells) + " |")
     lines += ["", _summary(t)]
     if t.pairs:
-        lines += ["", *_claims(t)]
+        lines += ["", *claims_lines(t.pairs, t.grid.metric)]
     if any((r.get("git") or {}).get("dirty") for r in t.records):
         lines += ["", "**Made from a dirty working tree: not reproducible from the commit alone.**"]
     missing = [f"{r.cell} (seed{'s' if len(r.missing_seeds) > 1 else ''} "
@@ -252,12 +252,12 @@ def _summary(t: Table) -> str:
             f"Paper: {paper_order}; ours (means): {our_order}.")
 
 
-def _claims(t: Table) -> list[str]:
-    """The per-pair section: Δ > 0 means the paper's better cell is better in our metric."""
-    lines = [f"Paper's claims, tested on per-seed paired differences Δ of `{t.grid.metric}` (Δ > 0: ours "
+def claims_lines(pairs: list[verdicts.Pair], metric: str) -> list[str]:
+    """The per-pair section: Δ > 0 means the paper's better cell is better in our ``metric``."""
+    lines = [f"Paper's claims, tested on per-seed paired differences Δ of `{metric}` (Δ > 0: ours "
              f"agrees; {100 * (1 - verdicts.ALPHA):g}% t interval):", "",
              "| paper says | n | mean Δ | interval | p | verdict |", "|---|---:|---:|---:|---:|---|"]
-    for pair in t.pairs:
+    for pair in pairs:
         test = pair.test
         ci = "—" if test.ci is None else f"[{format_number(test.ci[0])}, {format_number(test.ci[1])}]"
         p = "—" if test.p is None else (f"{test.p:.3f}" if test.p >= 1e-3 else f"{test.p:.1e}")

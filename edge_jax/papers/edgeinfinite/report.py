@@ -4,14 +4,16 @@
 exact match) next to the paper's score for the LongBench category it stands in for
 (:data:`edge_jax.papers.edgeinfinite.grid.PAPER_CATEGORY`), and the ordering of the cells within each
 category against the paper's, and the answer NLL per category, under the base LM's own in-window exact
-match (``base/inwindow/*``, which every record carries). ``lengths.md`` has the overall score per input
-length.
+match (``base/inwindow/*``, which every record carries), and the paper's ordered pairs tested on the
+answer NLL too, with the grid's own paired test: the graded score orders cells where exact match
+cannot (every cell at 0, say). ``lengths.md`` has the overall score per input length.
 """
 from __future__ import annotations
 
 from pathlib import Path
 
-from edge_jax.grid.tables import competition_ranks, format_number, format_stat, kendall_tau_b, stat
+from edge_jax.grid import verdicts
+from edge_jax.grid.tables import claims_lines, competition_ranks, format_number, format_stat, kendall_tau_b, stat
 from edge_jax.papers.edgeinfinite.grid import CATEGORIES, PAPER_CATEGORY, TABLE1, TABLE2
 from edge_jax.utils.atomic import write_text_atomic
 
@@ -30,6 +32,20 @@ def _agreement(cells: list[str], ours: dict[str, float], paper: dict[str, float]
         return "—"
     tau = kendall_tau_b([ours[c] for c in have], [paper[c] for c in have])
     return "—" if tau is None else f"{tau:+.2f}"
+
+
+NLL = "longctx/answer_nll"
+
+
+def nll_claims(grid, records: list[dict], cells: list[str]) -> list[str]:
+    """The paper's ordered pairs tested on the answer NLL (lower is better), seed by seed."""
+    by_cell_seed = {c: {int(r["seed"]): float(r["metrics"][NLL]) for r in records
+                        if r["cell"] == c and NLL in r.get("metrics", {})} for c in cells}
+    pairs = verdicts.judge(by_cell_seed, grid.paper.ranks(), lower_is_better=True)
+    if not pairs:
+        return []
+    return ["", f"On the answer NLL, the paper's ordered pairs: {verdicts.headline(pairs)} (the grid's paired "
+                "t-test; lower NLL is better).", "", *claims_lines(pairs, NLL)]
 
 
 def write_categories(grid, records: list[dict], out) -> list[Path]:
@@ -72,7 +88,8 @@ def write_categories(grid, records: list[dict], out) -> list[Path]:
     for cell in cells:
         lines.append(f"| {cell} | " + " | ".join(format_stat(stat(_values(records, cell, f"longctx/answer_nll/{c}")))
                                                 for c in CATEGORIES)
-                     + f" | {format_stat(stat(_values(records, cell, 'longctx/answer_nll')))} |")
+                     + f" | {format_stat(stat(_values(records, cell, NLL)))} |")
+    lines += nll_claims(grid, records, cells)
     cat_path = out / "categories.md"
     write_text_atomic(cat_path, "\n".join(lines) + "\n")
 

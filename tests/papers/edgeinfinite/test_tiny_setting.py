@@ -161,3 +161,18 @@ def test_categories_report_states_the_base_check(tmp_path):
     text = cat_path.read_text()
     assert "training window (its stage's check, full attention): exact match single_needle 95.00, multi_key 85.00" in text
     assert "| 2111 |" in len_path.read_text()
+
+
+def test_categories_report_tests_the_papers_pairs_on_answer_nll(tmp_path):
+    from edge_jax.grid.spec import load_grid
+    from edge_jax.papers.edgeinfinite.report import write_categories
+    grid = load_grid("ablations/edgeinfinite_main.py", "tiny")
+    nll = {"edgeinfinite": 1.0, "fullkv": 3.0, "snapkv": 2.0, "pyramidkv": 2.5, "streamingllm": 4.0}
+    records = [{"cell": cell, "seed": seed, "metrics": {
+        "longctx/overall": 0.0, "longctx/answer_nll": nll[cell] + 0.05 * ((7 * seed + i) % 3)}}
+        for i, cell in enumerate(grid.cells) for seed in (0, 1, 2)]
+    text = write_categories(grid, records, tmp_path)[0].read_text()
+    # Paper: edgeinfinite > fullkv > snapkv > pyramidkv > streamingllm; lower NLL is better here.
+    assert "On the answer NLL, the paper's ordered pairs: 8 agree, 2 disagree, 0 within noise" in text
+    assert "| edgeinfinite > fullkv | 3 | 2 |" in text
+    assert "| fullkv > snapkv | 3 | -1 |" in text and "disagree (no reason written)" in text
