@@ -24,12 +24,18 @@ def test_drop_and_fallback_grids_share_cells_and_paper_values():
     assert load_config(drop.base, drop.overrides("g1_c32", 0)).moe.overflow == "drop"
 
 
-def test_the_drop_grid_explains_the_pairs_a_larger_capacity_wins():
-    from edge_jax.papers.npumoe.grid import DROPPED_OVERFLOW, capacity
+def test_both_grids_explain_the_pairs_a_larger_capacity_or_group_wins():
+    from edge_jax.papers.npumoe.grid import DROPPED_OVERFLOW, GROUPING_ON_CPU, HOST_FALLBACK_ON_CPU, capacity, group
     drop = spec.load_grid(REPO / "ablations" / "npumoe_group_capacity.py", "tiny")
     fb = spec.load_grid(REPO / "ablations" / "npumoe_group_capacity_fallback.py", "tiny")
     ranks = drop.paper.ranks()
     claimed = {f"{a}>{b}" for a in ranks for b in ranks if ranks[a] < ranks[b]}
-    assert set(drop.explanations) == {k for k in claimed if capacity(k.split(">")[0]) > capacity(k.split(">")[1])}
-    assert len(drop.explanations) == 15 and set(drop.explanations.values()) == {DROPPED_OVERFLOW}
-    assert "g8_c64>g4_c64" not in drop.explanations and fb.explanations == {}
+    by_capacity = {k for k in claimed if capacity(k.split(">")[0]) > capacity(k.split(">")[1])}
+    by_group = {k for k in claimed if capacity(k.split(">")[0]) == capacity(k.split(">")[1])}
+    assert len(by_capacity) == 15 and len(by_group) == 6
+    assert all(group(k.split(">")[0]) > group(k.split(">")[1]) for k in by_group)
+    for g, reason in ((drop, DROPPED_OVERFLOW), (fb, HOST_FALLBACK_ON_CPU)):
+        assert set(g.explanations) == by_capacity | by_group
+        assert {g.explanations[k] for k in by_capacity} == {reason}
+        assert {g.explanations[k] for k in by_group} == {GROUPING_ON_CPU}
+    assert group("g16_c128") == 16 and capacity("g16_c128") == 128
