@@ -6,7 +6,7 @@ Cells are evaluation only; the base LM and the gate are the grid's stages (train
 with edgeinfinite_tokens). The table ranks cells by exact match with the gold answer's NLL beside it;
 categories.md (post hook) has every category beside the LongBench category it stands in for.
 """
-from edge_jax.papers.edgeinfinite.grid import TABLE1, baseline_cell, edgeinfinite_cell, grid
+from edge_jax.papers.edgeinfinite.grid import TABLE1, TABLE1_EXPLANATIONS, baseline_cell, edgeinfinite_cell, grid
 
 
 def get_grid(preset: str) -> dict:
@@ -17,4 +17,4 @@ def get_grid(preset: str) -> dict:
                 "Paper: BlueLM-3B on LongBench, baselines at a 2048-token cache against EdgeInfinite's ~1524 on "
                 "average. Ours: synthetic tasks standing in for LongBench's categories (see categories.md); "
                 "val_loss is on 800-token windows of the gate's data (the base with full attention for the "
-                "baselines, the segmented memory path for EdgeInfinite).")
+                "baselines, the segmented memory path for EdgeInfinite).", TABLE1_EXPLANATIONS)

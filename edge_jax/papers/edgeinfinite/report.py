@@ -41,7 +41,7 @@ def nll_claims(grid, records: list[dict], cells: list[str]) -> list[str]:
     """The paper's ordered pairs tested on the answer NLL (lower is better), seed by seed."""
     by_cell_seed = {c: {int(r["seed"]): float(r["metrics"][NLL]) for r in records
                         if r["cell"] == c and NLL in r.get("metrics", {})} for c in cells}
-    pairs = verdicts.judge(by_cell_seed, grid.paper.ranks(), lower_is_better=True)
+    pairs = verdicts.judge(by_cell_seed, grid.paper.ranks(), lower_is_better=True, explanations=grid.explanations)
     if not pairs:
         return []
     return ["", f"On the answer NLL, the paper's ordered pairs: {verdicts.headline(pairs)} (the grid's paired "

@@ -175,4 +175,4 @@ def test_categories_report_tests_the_papers_pairs_on_answer_nll(tmp_path):
     # Paper: edgeinfinite > fullkv > snapkv > pyramidkv > streamingllm; lower NLL is better here.
     assert "On the answer NLL, the paper's ordered pairs: 8 agree, 2 disagree, 0 within noise" in text
     assert "| edgeinfinite > fullkv | 3 | 2 |" in text
-    assert "| fullkv > snapkv | 3 | -1 |" in text and "disagree (no reason written)" in text
+    assert "| fullkv > snapkv | 3 | -1 |" in text and "disagree: FullKV attends to every prompt token" in text
