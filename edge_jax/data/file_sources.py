@@ -1,5 +1,5 @@
 """``parquet:<glob>`` and ``jsonl:<glob>``: pretraining text in the formats corpora are published in
-(FineWeb-Edu, which MeKi trained on, is parquet), local or remote.
+(FineWeb-Edu, for one, is parquet), local or remote.
 
 Paths go through ``etils.epath``, so ``gs://bucket/fineweb/data/*/*.parquet`` works as well as a local
 glob (``~`` expanded; ``**`` recursive locally; remote globs take ``*`` per level, since epath refuses

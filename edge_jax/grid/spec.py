@@ -20,7 +20,7 @@ An ablation file defines `get_grid(preset: str) -> dict` with these keys:
                                (e.g. ["best", ["rest1", "rest2"]])}
     notes            free text shown under the table
     zero_shot        optional zero-shot tasks or groups scored after every cell's training
-                     (edge_jax.eval: "builtin", "meki10", "facts_mc,code_cloze"); it sets
+                     (a task set of edge_jax.eval, e.g. "builtin", or "facts_mc,code_cloze"); it sets
                      eval.zero_shot in every cell and adds the column zero_shot_avg (mean acc)
     stages           optional shared prerequisite runs (a base checkpoint) that cells refer to as
                      "{stage:name}" in override values; see edge_jax.grid.stages

@@ -14,7 +14,7 @@ Parts are joined by a blank line and newlines pad the document to its length. A 
 has its first part's prompt, answer and task. The `drills` form (dataset name `drills`) writes
 only retrieval drills (train and validation): mixed 1:1 into `longctx`, three documents in four are
 drills, and a tiny model needs that many key-value lookups before it matches a question's key
-(docs/edgeinfinite.md).
+(measured in the docs: "How the tiny base was found").
 
 Splits: train (`examples` documents), validation (max(3, examples // 10) documents) and qa
 (max(6, examples // 4) single examples, tasks in turn, the prompts load_qa returns); each split
