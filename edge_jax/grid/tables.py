@@ -144,9 +144,8 @@ def build_table(grid: Grid, records: list[dict], seeds: int | None = None) -> Ta
     ours = competition_ranks({c: measured[c] for c in common}, grid.lower_is_better)
     paper = competition_ranks({c: float(paper_all[c]) for c in common}, True)
     agreement = ordering_agreement(ours, paper)
-    values = {cell: {r["seed"]: float(r["metrics"][grid.metric]) for r in recs
-                     if _is_number(r.get("metrics", {}).get(grid.metric))} for cell, recs in by_cell.items()}
-    pairs = verdicts.judge(values, paper, grid.lower_is_better, grid.explanations)
+    pairs = verdicts.judge(per_seed(mine, list(grid.cells), grid.metric), paper, grid.lower_is_better,
+                           grid.explanations)
 
     planned = range(seeds) if seeds else ()
     rows = []
@@ -356,6 +355,12 @@ def _raw(x) -> str:
 
 def _list(xs) -> str:
     return ", ".join(map(str, xs))
+
+
+def per_seed(records: list[dict], cells: list[str], metric: str) -> dict[str, dict[int, float]]:
+    """``{cell: {seed: value}}`` of ``metric`` over ``records``, the input of :func:`verdicts.judge`."""
+    return {cell: {int(r["seed"]): float(r["metrics"][metric]) for r in records
+                   if r["cell"] == cell and _is_number(r.get("metrics", {}).get(metric))} for cell in cells}
 
 
 def _is_number(x) -> bool:

@@ -5,8 +5,8 @@ Every train and validation document is exactly `length` characters of lines, eac
 spaces; the last line is cut at `length`. Every repeat after a string's first is predictable only by
 copying from earlier in the window, so a small model forms induction heads on them (attend to where
 the current text occurred before and copy what followed). Mixed into a corpus with too few copyable
-tokens for that to happen (`longctx+copies`, for instance; docs/data.md), it
-lets in-context retrieval be learned.
+tokens for that to happen (`longctx+copies`, for instance; docs/data.md), it lets in-context retrieval
+be learned.
 
 Splits: train (`examples` documents) and validation (max(3, examples // 10)), each with its own
 random stream; everything is a pure function of (length, examples, seed).

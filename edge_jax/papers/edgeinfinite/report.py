@@ -13,7 +13,15 @@ from __future__ import annotations
 from pathlib import Path
 
 from edge_jax.grid import verdicts
-from edge_jax.grid.tables import claims_lines, competition_ranks, format_number, format_stat, kendall_tau_b, stat
+from edge_jax.grid.tables import (
+    claims_lines,
+    competition_ranks,
+    format_number,
+    format_stat,
+    kendall_tau_b,
+    per_seed,
+    stat,
+)
 from edge_jax.papers.edgeinfinite.grid import CATEGORIES, PAPER_CATEGORY, TABLE1, TABLE2
 from edge_jax.utils.atomic import write_text_atomic
 
@@ -39,9 +47,8 @@ NLL = "longctx/answer_nll"
 
 def nll_claims(grid, records: list[dict], cells: list[str]) -> list[str]:
     """The paper's ordered pairs tested on the answer NLL (lower is better), seed by seed."""
-    by_cell_seed = {c: {int(r["seed"]): float(r["metrics"][NLL]) for r in records
-                        if r["cell"] == c and NLL in r.get("metrics", {})} for c in cells}
-    pairs = verdicts.judge(by_cell_seed, grid.paper.ranks(), lower_is_better=True, explanations=grid.explanations)
+    pairs = verdicts.judge(per_seed(records, cells, NLL), grid.paper.ranks(), lower_is_better=True,
+                           explanations=grid.explanations)
     if not pairs:
         return []
     return ["", f"On the answer NLL, the paper's ordered pairs: {verdicts.headline(pairs)} (the grid's paired "
