@@ -1,4 +1,5 @@
 """Shared test helpers (importable from any test module: conftest.py puts tests/ on sys.path)."""
+import contextlib
 import importlib.util
 
 import flax.linen as nn
@@ -41,3 +42,40 @@ def compile_for_tpu(fn, arg_structs, in_specs, out_specs, topology: str = "v5e:2
     args = [jax.ShapeDtypeStruct(s, d, sharding=NamedSharding(mesh, spec))
             for (s, d), spec in zip(arg_structs, in_specs)]
     return jax.jit(mapped).lower(*args).compile()
+
+
+@contextlib.contextmanager
+def emulated(variant: str):
+    """A context in which the kernels take their ``variant`` ("tpu" or "gpu") as on that platform,
+    run by the Pallas interpreter; "tpu" is this CPU's default (nothing changes). JAX's trace caches
+    do not see the kernel target, so they are cleared on entering and leaving a "gpu" block (a
+    function jitted with a static model would otherwise reuse its other trace)."""
+    from edge_jax.layers.kernels import backend
+
+    if variant != "gpu":
+        yield
+        return
+    jax.clear_caches()
+    try:
+        with backend.emulating("gpu"):
+            yield
+    finally:
+        jax.clear_caches()
+
+
+def lower_for_gpu(fn, *arg_structs) -> str:
+    """Lower ``fn`` for CUDA from this (CPU) process with ``jax.export`` and return the StableHLO
+    text: Pallas's Triton lowering runs in full (block shapes, unsupported ops and power-of-two rules
+    fail here); only the PTX compile needs a GPU. Traced under ``backend.targeting("gpu")``, so the
+    kernels are chosen for a GPU; asserts that at least one Triton call came out."""
+    import jax.export
+
+    from edge_jax.layers.kernels import backend
+
+    jax.clear_caches()  # a trace for the CPU (a function jitted with a static model) must not be reused
+    with backend.targeting("gpu"):
+        exported = jax.export.export(jax.jit(fn), platforms=["cuda"], disabled_checks=[
+            jax.export.DisabledSafetyCheck.custom_call(backend.TRITON_CALL)])(*arg_structs)
+    text = exported.mlir_module()
+    assert f"@{backend.TRITON_CALL}" in text.replace('"', ""), "no Triton kernel in the lowered module"
+    return text

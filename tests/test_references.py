@@ -25,9 +25,12 @@ from edge_jax.layers import cache_attention as ca
 from edge_jax.layers import dot_attention as da
 from edge_jax.layers import infini, infini_attention, mla
 from edge_jax.layers.kernels import expert_ffn as kffn
+from edge_jax.layers.kernels import expert_ffn_gpu as kffn_gpu
 from edge_jax.layers.kernels import flash
 from edge_jax.layers.kernels import mla_decode as kmla
+from edge_jax.layers.kernels import mla_decode_gpu as kmla_gpu
 from edge_jax.layers.kernels import segment_attention as kseg
+from edge_jax.layers.kernels import segment_attention_gpu as kseg_gpu
 from edge_jax.layers.moe import execute as moe
 from edge_jax.layers.moe.plan import LayerPlan
 
@@ -279,6 +282,13 @@ CASES = [
     Case("kernel/segment_attention", P(kseg.segment_attention, block_q=8, block_k=8), kseg.segment_attention_reference,
          segment_kernel_inputs),
     Case("kernel/flash", flash.causal_attention, flash.causal_attention_reference, causal_inputs),
+    # their GPU (Triton) variants, interpreted here; tests/layers/kernels/test_*_gpu.py lower them for CUDA
+    Case("kernel/expert_ffn_gpu", P(kffn_gpu.expert_ffn_gpu, block_c=16, block_f=128), kffn.expert_ffn_reference,
+         expert_group_inputs),
+    Case("kernel/mla_decode_gpu", P(kmla_gpu.mla_decode_gpu, scale=0.25, block_s=16, splits=3),
+         P(kmla.mla_decode_reference, scale=0.25), latent_decode_inputs),
+    Case("kernel/segment_attention_gpu", P(kseg_gpu.segment_attention_gpu, block_q=16, block_k=16),
+         kseg.segment_attention_reference, segment_kernel_inputs),
 ]
 
 

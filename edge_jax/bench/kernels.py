@@ -6,10 +6,12 @@ checks the kernel's output against the reference's (relative norm in float32, to
 dtype), and, where the kernel compiles natively (TPU; see :mod:`edge_jax.layers.kernels.backend`),
 times both interleaved and prints the ratio and the kernel's achieved TFLOP/s and GB/s against the
 device's peak. Where it would run interpreted (CPU) the cases are built ``small`` and only the
-check is printed: an interpreted kernel's time says nothing about the kernel.
+check is printed: an interpreted kernel's time says nothing about the kernel. There both variants of
+our kernels are checked, the TPU one and (as wired in on a GPU, :func:`backend.emulating`) the GPU one.
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import statistics
 from typing import Callable
@@ -58,12 +60,15 @@ def rel_error(got, want) -> float:
     return max(errs)
 
 
-def measure(case: KernelCase, name: str, repeats: int) -> dict:
-    kernel, reference = jax.jit(case.kernel), jax.jit(case.reference)
+def measure(case: KernelCase, name: str, repeats: int, variant: str | None = None) -> dict:
+    """One row; ``variant`` (``gpu``: the GPU variant, interpreted) labels it. Fresh closures keep
+    ``jax.jit`` from reusing another variant's trace of the same case."""
+    kernel = jax.jit(lambda *a: case.kernel(*a))
+    reference = jax.jit(lambda *a: case.reference(*a))
     err = rel_error(kernel(*case.args), reference(*case.args))
-    row = {"kernel": name, "case": case.label, "dtype": case.dtype, "rel_error": err,
-           "tolerance": TOL[case.dtype], "ok": err <= TOL[case.dtype]}
-    if not backend.native(name):
+    row = {"kernel": name + (f" ({variant} variant)" if variant else ""), "case": case.label, "dtype": case.dtype,
+           "rel_error": err, "tolerance": TOL[case.dtype], "ok": err <= TOL[case.dtype]}
+    if backend.interpret(name):
         return row
     samples = samples_interleaved({"kernel": lambda: kernel(*case.args), "xla": lambda: reference(*case.args)},
                                   repeats, 1)  # interleaved rounds: both see the same machine state
@@ -110,12 +115,16 @@ def run(args, overrides) -> str:
     for name in args.kernel or ():
         KERNEL_CASES.check(name, key="--kernel")
     small = not any(backend.native(name) for name in KERNEL_CASES.names())
+    # interpreted (CPU): both variants of our kernels; on an accelerator: the platform's own
+    variants = [None] + (["gpu"] if small and backend.TRITON else [])
     rows = []
     for name, cases in KERNEL_CASES.items():
         if args.kernel and name not in args.kernel:
             continue
         for case in cases(small or args.small):
-            rows.append(measure(case, name, args.repeats))
+            for variant in variants if name in backend.OURS else [None]:
+                with backend.emulating(variant) if variant else contextlib.nullcontext():
+                    rows.append(measure(case, name, args.repeats, variant))
     if args.json:
         write_json_atomic(args.json, rows)
     report = format_rows(rows)

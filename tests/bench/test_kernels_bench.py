@@ -1,6 +1,8 @@
 """``edge-jax bench kernels``: on CPU every registered kernel runs interpreted at small shapes and is
 checked against its reference; a timed row (as on an accelerator) prints ratio and rates."""
+import jax
 import jax.numpy as jnp
+import pytest
 
 from edge_jax.bench import kernels as kb
 from edge_jax.cli import main
@@ -10,7 +12,8 @@ def test_bench_kernels_checks_every_registered_kernel_on_cpu(capsys):
     assert main(["bench", "kernels", "--kernel", "mla_decode", "--kernel", "expert_ffn"]) == 0
     out = capsys.readouterr().out
     rows = [line for line in out.splitlines() if line.startswith("| mla_decode") or line.startswith("| expert_ffn")]
-    assert len(rows) == 4 and not any("FAIL" in r for r in rows)
+    assert len(rows) == 8 and not any("FAIL" in r for r in rows)  # 2 cases x the TPU and the GPU variant
+    assert sum("(gpu variant)" in r for r in rows) == 4
     assert "only their agreement with the XLA reference is shown" in out
     assert {"expert_ffn", "mla_decode", "segment_attention"} <= set(kb.KERNEL_CASES.names())
 
@@ -34,3 +37,12 @@ def test_timed_rows_print_ratio_and_rates():
 def test_an_unknown_kernel_is_one_line(capsys):
     assert main(["bench", "kernels", "--kernel", "mla_decod"]) == 2
     assert "unknown --kernel value 'mla_decod'; did you mean 'mla_decode'?" in capsys.readouterr().err
+
+
+@pytest.mark.skipif(jax.default_backend() != "gpu", reason="needs a GPU (the Triton kernels compiled, timed)")
+def test_bench_kernels_on_a_gpu_checks_and_times_every_kernel(capsys):
+    assert main(["bench", "kernels", "--repeats", "3"]) == 0
+    out = capsys.readouterr().out
+    names = tuple(f"| {name} |" for name in kb.KERNEL_CASES.names())
+    rows = [line for line in out.splitlines() if line.startswith(names)]
+    assert rows and not any("FAIL" in r or "interpreted" in r for r in rows)

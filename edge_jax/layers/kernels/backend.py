@@ -3,19 +3,25 @@
 ``model.kernels``:
 
 - ``xla`` (default): the plain jnp path everywhere (what every committed result used);
-- ``pallas``: our Pallas kernel for every hot path that has one; compiled by Mosaic on TPU, and
-  run by the Pallas interpreter on a backend the kernel has no lowering for (CPU: the tests'
+- ``pallas``: our Pallas kernel for every hot path that has one; compiled by Mosaic on TPU and by
+  Triton on GPU, and run by the Pallas interpreter on a backend the kernel has no lowering for (CPU: the tests'
   way of checking it; slow, never a speed path). Plain causal attention takes the library kernel
   of the backend (:mod:`edge_jax.layers.kernels.flash`);
 - ``auto``: the kernel where the backend compiles it, the XLA path elsewhere, with one warning
   line per kernel and process saying so.
 
-The kernels are written for Mosaic TPU (``jax.experimental.pallas.tpu``: scalar prefetch, VMEM
-scratch accumulators, sequential grid axes). On GPU the installed JAX lowers ``pallas_call``
-through Mosaic GPU by default, and the Triton path is deprecated from JAX 0.11; neither accepts a
-TPU grid spec, and a GPU variant written without a GPU to check it would be untested code, so on
-GPU ``auto`` keeps XLA for our kernels (cuDNN attention is the GPU kernel) until a GPU session
-adds and measures Mosaic GPU variants (docs/kernels.md).
+Each of our kernels has two Pallas variants behind one function: a Mosaic TPU one
+(``jax.experimental.pallas.tpu``: scalar prefetch, VMEM scratch accumulators, sequential grid axes)
+and a GPU one written for Pallas's Triton backend (``jax.experimental.pallas.triton``: one program
+per output tile, loops inside the kernel, masked loads). :func:`gpu_variant` says which one a traced
+step takes: the GPU one when the step is for a GPU, the TPU one otherwise (also when interpreted on
+CPU). Why Triton and not Mosaic GPU (docs/kernels.md, "GPU"): the Triton variant's body is plain
+Pallas that the generic interpreter runs on CPU and that ``jax.export`` lowers for CUDA on a CPU
+machine, so CI checks both what it computes and that it lowers; a Mosaic GPU kernel is written
+against Hopper's warpgroup MMA, TMA and barriers, which the generic Pallas lowering does not take.
+JAX 0.11 deprecates the Triton backend (to be removed in a later release): where
+``jax.experimental.pallas.triton`` no longer imports, :data:`TRITON` is False and on GPU ``auto``
+keeps the XLA path for our kernels (cuDNN stays the GPU's attention kernel).
 """
 from __future__ import annotations
 
@@ -30,10 +36,18 @@ import jax
 from edge_jax.errors import ConfigError, unknown
 from edge_jax.registry import SECTIONS, Section
 
+try:
+    from jax.experimental.pallas import triton as pltriton
+except ImportError:  # a JAX that has dropped Pallas's Triton backend
+    pltriton = None
+
 KERNEL_MODES = ("xla", "pallas", "auto")
+OURS = frozenset({"expert_ffn", "mla_decode", "segment_attention"})
+TRITON = pltriton is not None
+# the custom call a Pallas Triton kernel lowers to (named by JAX 0.11; the same string before)
+TRITON_CALL = getattr(pltriton, "CUSTOM_CALL_TARGET_NAME", "__gpu$xla.gpu.triton")
 # platform -> the kernels that lower natively there (the rest run interpreted under ``pallas``)
-NATIVE = {"tpu": frozenset({"expert_ffn", "mla_decode", "segment_attention", "flash"}),
-          "gpu": frozenset({"flash"})}
+NATIVE = {"tpu": OURS | {"flash"}, "gpu": (OURS if TRITON else frozenset()) | {"flash"}}
 
 log = logging.getLogger(__name__)
 
@@ -50,6 +64,21 @@ def targeting(name: str | None):
         yield
     finally:
         _TARGET.reset(token)
+
+
+_EMULATED: contextvars.ContextVar = contextvars.ContextVar("edge_jax_kernel_emulated", default=False)
+
+
+@contextlib.contextmanager
+def emulating(name: str):
+    """:func:`targeting` ``name``, with every kernel run by the Pallas interpreter: how the tests run
+    the GPU variants, wired into whole models, on a CPU."""
+    token = _EMULATED.set(True)
+    try:
+        with targeting(name):
+            yield
+    finally:
+        _EMULATED.reset(token)
 
 
 def platform() -> str:
@@ -81,10 +110,21 @@ def use_pallas(mode: str, kernel: str) -> bool:
     raise ConfigError(unknown("model.kernels value", mode, KERNEL_MODES))
 
 
+def gpu_variant() -> bool:
+    """Whether our kernels take their GPU (Triton) variant: the traced step is for a GPU that has
+    the Triton backend; elsewhere the TPU variant (compiled on TPU, interpreted on CPU)."""
+    return platform() == "gpu" and TRITON
+
+
+def triton_params(num_warps: int = 4, num_stages: int = 2):
+    """``pallas_call``'s ``compiler_params`` for a GPU variant."""
+    return pltriton.CompilerParams(num_warps=num_warps, num_stages=num_stages)
+
+
 def interpret(kernel: str):
     """``pallas_call``'s ``interpret`` argument for ``kernel``: False where it lowers natively, else
-    the generic interpreter (True)."""
-    return not native(kernel)
+    (or under :func:`emulating`) the generic interpreter (True)."""
+    return _EMULATED.get() or not native(kernel)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -28,7 +28,9 @@ Training: a ``jax.custom_vjp`` whose backward is the VJP of :func:`expert_ffn_re
 (recomputed from the inputs; ``count`` gets no gradient).
 
 :func:`grouped_swiglu` is the switch ``execute.capacity_moe`` calls: the kernel under
-``model.kernels`` pallas (or auto on TPU), else :func:`swiglu`, the XLA path.
+``model.kernels`` pallas (or auto on TPU and GPU), else :func:`swiglu`, the XLA path. On a GPU the
+kernel is the Triton variant, :mod:`edge_jax.layers.kernels.expert_ffn_gpu` (two calls: gate and up
+fused in one K loop with SiLU·up in registers, then the down projection).
 """
 from __future__ import annotations
 
@@ -144,13 +146,24 @@ def _pallas(x_GCD, gate_GDF, up_GDF, down_GFD, count_G, block_c, block_f, block_
     )(count_G, src_G, srcc_G, x_GCD, gate_GDF, up_GDF, down_GFD)
 
 
-@functools.partial(jax.custom_vjp, nondiff_argnums=(5,))
-def _expert_ffn(x_GCD, gate_GDF, up_GDF, down_GFD, count_G, static):
+def _forward(x_GCD, gate_GDF, up_GDF, down_GFD, count_G, static):
+    """The step's variant (:func:`backend.gpu_variant`): the Triton one for a GPU, else the TPU one."""
+    if backend.gpu_variant():
+        from edge_jax.layers.kernels.expert_ffn_gpu import expert_ffn_gpu
+
+        block_c, block_f, block_r, interpret = static
+        return expert_ffn_gpu(x_GCD, gate_GDF, up_GDF, down_GFD, count_G, block_c=block_c, block_f=block_f,
+                              block_r=block_r, interpret=interpret)
     return _pallas(x_GCD, gate_GDF, up_GDF, down_GFD, count_G, *static)
 
 
+@functools.partial(jax.custom_vjp, nondiff_argnums=(5,))
+def _expert_ffn(x_GCD, gate_GDF, up_GDF, down_GFD, count_G, static):
+    return _forward(x_GCD, gate_GDF, up_GDF, down_GFD, count_G, static)
+
+
 def _fwd(x_GCD, gate_GDF, up_GDF, down_GFD, count_G, static):
-    return _pallas(x_GCD, gate_GDF, up_GDF, down_GFD, count_G, *static), (x_GCD, gate_GDF, up_GDF, down_GFD, count_G)
+    return _forward(x_GCD, gate_GDF, up_GDF, down_GFD, count_G, static), (x_GCD, gate_GDF, up_GDF, down_GFD, count_G)
 
 
 def _bwd(static, res, dy_GCD):
@@ -165,7 +178,8 @@ _expert_ffn.defvjp(_fwd, _bwd)
 def expert_ffn(x_GCD, gate_GDF, up_GDF, down_GFD, count_G, *, block_c=None, block_f=None, block_r=None,
                interpret=None):
     """``[G, C, D]``: each expert's SwiGLU on its first ``count_G[g]`` rows, zeros below (module
-    docstring). ``interpret`` None: the backend's choice (:func:`backend.interpret`)."""
+    docstring; on a GPU :mod:`edge_jax.layers.kernels.expert_ffn_gpu`, where the block sizes mean
+    that variant's). ``interpret`` None: the backend's choice (:func:`backend.interpret`)."""
     return _expert_ffn(x_GCD, gate_GDF, up_GDF, down_GFD, count_G, (block_c, block_f, block_r, interpret))
 
 

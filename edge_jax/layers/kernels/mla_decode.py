@@ -6,7 +6,7 @@ one decode step of row b is, over its filled slots j < length_b::
     s_hj = (q~_h . c_j + q^R_h . k^R_j) * scale          scale = 1 / sqrt(K + R)
     o~_h = sum_j softmax_j(s_hj) c_j                      [d_c]; W_UV is applied after, outside
 
-Three ways to compute it, same signature, the same numbers up to float rounding:
+Three ways to compute it (the kernel in two variants), same signature, the same numbers up to float rounding:
 
 * :func:`mla_decode_reference`: plain jnp over the whole buffer under a length mask (what the model
   did before: every step reads every slot);
@@ -24,7 +24,9 @@ Three ways to compute it, same signature, the same numbers up to float rounding:
   step at or past the row's last filled block to that block (the pipeline sees an unchanged block
   index and fetches nothing), those steps compute nothing, and the last block is masked inside.
   Because the runs are dealt from the filled length, not the buffer, a short context in a long
-  buffer still splits its work evenly.
+  buffer still splits its work evenly. For a GPU the same function runs the Triton variant
+  (:mod:`edge_jax.layers.kernels.mla_decode_gpu`: one program per row and run, a loop over its
+  filled blocks with a traced trip count, the same merge).
 
 Every row needs ``length_B >= 1`` (a decode step always attends at least to its own token).
 Scores, the softmax state and the accumulator are float32; the probabilities meet the latent in its
@@ -144,13 +146,21 @@ def _kernel(len_ref, q_ref, qr_ref, c_ref, kr_ref, o_ref, m_ref, l_ref, m_sc, l_
         l_ref[0, 0] = l_sc[...]
 
 
-def mla_decode(q_lat_BHC, q_rope_BHR, latent_BSC, k_rope_BSR, length_B, *, scale: float, block_s: int = BLOCK_S,
-               splits: int = SPLITS, interpret=None):
-    """The Pallas kernel (module docstring): ``o~`` [B, H, d_c] in the latent's dtype.
+def mla_decode(q_lat_BHC, q_rope_BHR, latent_BSC, k_rope_BSR, length_B, *, scale: float,
+               block_s: int | None = None, splits: int | None = None, interpret=None):
+    """The Pallas kernel (module docstring): ``o~`` [B, H, d_c] in the latent's dtype; for a GPU
+    (:func:`backend.gpu_variant`) the Triton variant, :mod:`edge_jax.layers.kernels.mla_decode_gpu`.
 
-    ``block_s``: slots per block (a multiple of 8, or at least S: then one block of S);
-    ``splits``: independent runs per row; ``interpret``: ``pallas_call``'s (default: the backend's,
+    ``block_s``: slots per block (TPU: a multiple of 8, or at least S: then one block of S; default
+    ``BLOCK_S``); ``splits``: independent runs per row (TPU default ``SPLITS``); None on GPU: that
+    variant's defaults. ``interpret``: ``pallas_call``'s (default: the backend's,
     :func:`edge_jax.layers.kernels.backend.interpret`)."""
+    if backend.gpu_variant():
+        from edge_jax.layers.kernels.mla_decode_gpu import mla_decode_gpu
+
+        return mla_decode_gpu(q_lat_BHC, q_rope_BHR, latent_BSC, k_rope_BSR, length_B, scale=scale,
+                              block_s=block_s, splits=splits, interpret=interpret)
+    block_s, splits = block_s or BLOCK_S, splits or SPLITS
     B, H, C = q_lat_BHC.shape
     S, R = k_rope_BSR.shape[1:]
     bs = min(block_s, S)
@@ -187,7 +197,13 @@ def mla_decode(q_lat_BHC, q_rope_BHR, latent_BSC, k_rope_BSR, length_B, *, scale
         compiler_params=pltpu.CompilerParams(dimension_semantics=("parallel", "parallel", "arbitrary")),
         interpret=interpret,
     )(length_B.astype(jnp.int32), q_lat_BHC, q_rope_BHR, latent_BSC, k_rope_BSR)
-    # merge the runs; an empty run has m = MASKED, l = 0, o = 0 and weight exp(MASKED - M) = 0
+    return merge_runs(o_BRHC, m_BRH1, l_BRH1, latent_BSC.dtype)
+
+
+def merge_runs(o_BRHC, m_BRH1, l_BRH1, dtype):
+    """Flash-decoding's merge of R independent runs per row (unnormalised outputs, running maxima and
+    sums, float32): M = max_r m_r, o = sum_r e^(m_r - M) o_r / sum_r e^(m_r - M) l_r, in ``dtype``.
+    An empty run has m = MASKED, l = 0, o = 0 and weight exp(MASKED - M) = 0."""
     w_BRH1 = jnp.exp(m_BRH1 - m_BRH1.max(axis=1, keepdims=True))
     o_BHC = (w_BRH1 * o_BRHC).sum(axis=1) / (w_BRH1 * l_BRH1).sum(axis=1)
-    return o_BHC.astype(latent_BSC.dtype)
+    return o_BHC.astype(dtype)

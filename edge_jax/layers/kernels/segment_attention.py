@@ -1,4 +1,5 @@
-"""EdgeInfinite's per-segment attention as one Pallas TPU kernel: local causal softmax attention over
+"""EdgeInfinite's per-segment attention as one Pallas TPU kernel (and, for a GPU, the Triton variant in
+:mod:`edge_jax.layers.kernels.segment_attention_gpu`): local causal softmax attention over
 the sink tokens and the segment, and the compressive-memory readout, for all query heads of a KV group
 in one tile.
 
@@ -183,13 +184,24 @@ def _forward(q_NLHK, k_NLGK, v_NLGK, sink_k_BSGK, sink_v_BSGK, M_NGKV, z_NGK, ep
     return back(a_dot), back(a_mem)
 
 
+def _variant(q, k, v, sink_k, sink_v, M, z, eps, block_q, block_k, interpret):
+    """The step's variant (:func:`backend.gpu_variant`): the Triton one for a GPU, else the TPU one."""
+    if backend.gpu_variant():
+        from edge_jax.layers.kernels.segment_attention_gpu import segment_attention_gpu
+
+        return segment_attention_gpu(q, k, v, sink_k, sink_v, M, z, eps=eps, block_q=block_q, block_k=block_k,
+                                     interpret=interpret)
+    dq, dk = default_blocks()
+    return _forward(q, k, v, sink_k, sink_v, M, z, eps, block_q or dq, block_k or dk, interpret)
+
+
 @functools.partial(jax.custom_vjp, nondiff_argnums=(7, 8, 9, 10))
 def _fused(q, k, v, sink_k, sink_v, M, z, eps, block_q, block_k, interpret):
-    return _forward(q, k, v, sink_k, sink_v, M, z, eps, block_q, block_k, interpret)
+    return _variant(q, k, v, sink_k, sink_v, M, z, eps, block_q, block_k, interpret)
 
 
 def _fused_fwd(q, k, v, sink_k, sink_v, M, z, eps, block_q, block_k, interpret):
-    return _forward(q, k, v, sink_k, sink_v, M, z, eps, block_q, block_k, interpret), (q, k, v, sink_k, sink_v, M, z)
+    return _variant(q, k, v, sink_k, sink_v, M, z, eps, block_q, block_k, interpret), (q, k, v, sink_k, sink_v, M, z)
 
 
 def _fused_bwd(eps, block_q, block_k, interpret, saved, cotangents):
@@ -204,19 +216,20 @@ def segment_attention(q_NLHK, k_NLGK, v_NLGK, sink_k_BSGK, sink_v_BSGK, M_NGKV, 
                       block_q: int | None = None, block_k: int | None = None, interpret=None):
     """``(A_dot [B*N, L, H, K] in v's dtype, A_mem [B*N, L, H, K] float32)`` of B*N segments (row n's
     sink is row n // N of the sink arrays; N = 1: the remaining part), by the Pallas kernel (module
-    docstring). ``block_q`` / ``block_k``: query / key rows per tile (default :func:`default_blocks`,
-    cut to the segment; one must divide the other); ``interpret``: ``pallas_call``'s (default: the
-    backend's, :func:`edge_jax.layers.kernels.backend.interpret`)."""
+    docstring; on a GPU the Triton variant, :mod:`edge_jax.layers.kernels.segment_attention_gpu`).
+    ``block_q`` / ``block_k``: query / key rows per tile (TPU default :func:`default_blocks`, cut to
+    the segment; one must divide the other; None on GPU: that variant's defaults); ``interpret``:
+    ``pallas_call``'s (default: the backend's, :func:`edge_jax.layers.kernels.backend.interpret`)."""
     BN, L, H, K = q_NLHK.shape
     B, _, G = sink_k_BSGK.shape[:3]
     if BN % B or H % G or k_NLGK.shape != (BN, L, G, K) or M_NGKV.shape[:3] != (BN, G, K):
         raise ValueError(f"segment_attention: q {q_NLHK.shape}, k {k_NLGK.shape}, sink {sink_k_BSGK.shape}, "
                          f"M {M_NGKV.shape} do not fit [B*N, L, H, K], [B*N, L, G, K], [B, S, G, K], [B*N, G, K, V]")
-    dq, dk = default_blocks()
-    block_q, block_k = block_q or dq, block_k or dk
-    if max(block_q, block_k) % min(block_q, block_k) or block_q % 8 or block_k % 8:
-        raise ValueError(f"segment_attention: blocks {block_q} x {block_k} must be multiples of 8, one dividing "
-                         "the other")
+    if not backend.gpu_variant():
+        dq, dk = default_blocks()
+        bq, bk = block_q or dq, block_k or dk
+        if max(bq, bk) % min(bq, bk) or bq % 8 or bk % 8:
+            raise ValueError(f"segment_attention: blocks {bq} x {bk} must be multiples of 8, one dividing the other")
     interpret = backend.interpret(KERNEL) if interpret is None else interpret
-    return _fused(q_NLHK, k_NLGK, v_NLGK, sink_k_BSGK, sink_v_BSGK, M_NGKV, z_NGK, float(eps), int(block_q),
-                  int(block_k), interpret)
+    return _fused(q_NLHK, k_NLGK, v_NLGK, sink_k_BSGK, sink_v_BSGK, M_NGKV, z_NGK, float(eps), block_q, block_k,
+                  interpret)

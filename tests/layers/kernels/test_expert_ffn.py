@@ -5,7 +5,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from helpers import compile_for_tpu, needs_libtpu
+from helpers import compile_for_tpu, emulated, needs_libtpu
 from jax.sharding import PartitionSpec as P
 
 from edge_jax.bench.kernels import KERNEL_CASES, rel_error
@@ -159,7 +159,9 @@ def test_npumoe_runtime_with_the_kernel():
     assert rel_error(LayerRuntime(PLAN, experts, kernels="pallas")(*chunk), want) < 1e-5
 
 
-def test_decoder_logits_with_the_kernel():
+@pytest.mark.parametrize("variant", ["tpu", "gpu"])
+def test_decoder_logits_with_the_kernel(variant):
+    """``variant`` gpu: the Triton kernels, wired in as on a GPU, run by the interpreter."""
     def model(kernels, strategy="npumoe"):
         plan = tiered_plan(LOAD, 24, 2, group=2, hot_fraction=0.75)  # 4 static groups + 2 fallback experts
         return DecoderLM(ModelConfig(vocab_size=64, d_model=16, n_layers=1, n_heads=2, n_kv_heads=1, head_dim=8,
@@ -170,9 +172,12 @@ def test_decoder_logits_with_the_kernel():
     params = jax.jit(model("xla", "dropless").init)(jax.random.key(1), tokens)["params"]
     params = {"params": jax.tree_util.tree_map(lambda a: a + 0.2 * jax.random.normal(jax.random.key(2), a.shape),
                                                params)}
-    assert "pallas_call" in str(jax.make_jaxpr(model("pallas").apply)(params, tokens))
     want = jax.jit(model("xla").apply)(params, tokens)
-    assert rel_error(jax.jit(model("pallas").apply)(params, tokens), want) < 1e-5
+    with emulated(variant):
+        jaxpr = str(jax.make_jaxpr(model("pallas").apply)(params, tokens))
+        got = jax.jit(model("pallas").apply)(params, tokens)
+    assert "pallas_call" in jaxpr and ("num_warps" in jaxpr) is (variant == "gpu")
+    assert rel_error(got, want) < 1e-5
 
 
 def test_on_a_mesh_each_device_runs_its_chunks():

@@ -7,7 +7,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from helpers import compile_for_tpu, needs_libtpu, perturbed
+from helpers import compile_for_tpu, emulated, needs_libtpu, perturbed
 from jax.sharding import PartitionSpec as P
 
 from edge_jax.infer import decode as D
@@ -97,9 +97,11 @@ MODEL = ModelConfig(vocab_size=97, d_model=64, n_layers=2, n_heads=4, n_kv_heads
                     mla_absorb=True)
 
 
-def test_model_decode_same_logits_with_pallas_and_xla():
+@pytest.mark.parametrize("variant", ["tpu", "gpu"])
+def test_model_decode_same_logits_with_pallas_and_xla(variant):
     """A tiny absorbed-MLA model: prefill 3 tokens, decode 4 through a 12-slot cache; a decode step
-    calls the kernel once per layer, and its logits equal the XLA path's and the full forward pass's."""
+    calls the kernel once per layer, and its logits equal the XLA path's and the full forward pass's.
+    ``variant`` gpu: the Triton kernel, wired in as on a GPU, run by the interpreter."""
     B, T = 2, 7
     tokens = jax.random.randint(jax.random.key(1), (B, T), 0, MODEL.vocab_size)
     params = perturbed(DecoderLM(MODEL).init(jax.random.key(0), tokens), 0)
@@ -107,14 +109,16 @@ def test_model_decode_same_logits_with_pallas_and_xla():
     logits = {}
     for kernels in ("xla", "pallas"):
         model = DecoderLM(dataclasses.replace(MODEL, kernels=kernels))
-        cache = D.init_cache(model, B, 12)
-        _, cache = D.prefill(model, params, cache, tokens[:, :3])
-        step = jax.make_jaxpr(lambda c: D.forward_chunk(model, params, c, tokens[:, 3:4], {}))(cache)
-        assert str(step).count("pallas_call") == (MODEL.n_layers if kernels == "pallas" else 0)
-        steps = []
-        for t in range(3, T):
-            out, cache = D.decode_step(model, params, cache, tokens[:, t:t + 1])
-            steps.append(np.asarray(out))
+        with emulated(variant):
+            cache = D.init_cache(model, B, 12)
+            _, cache = D.prefill(model, params, cache, tokens[:, :3])
+            step = str(jax.make_jaxpr(lambda c: D.forward_chunk(model, params, c, tokens[:, 3:4], {}))(cache))
+            assert step.count("pallas_call") == (MODEL.n_layers if kernels == "pallas" else 0)
+            assert ("num_warps" in step) is (kernels == "pallas" and variant == "gpu")
+            steps = []
+            for t in range(3, T):
+                out, cache = D.decode_step(model, params, cache, tokens[:, t:t + 1])
+                steps.append(np.asarray(out))
         logits[kernels] = np.stack(steps, 1)
     np.testing.assert_allclose(logits["pallas"], logits["xla"], atol=1e-5, rtol=0)
     np.testing.assert_allclose(logits["pallas"], full[:, 3:], atol=1e-5, rtol=0)

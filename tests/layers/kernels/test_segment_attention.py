@@ -8,7 +8,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from helpers import compile_for_tpu, needs_libtpu, perturbed
+from helpers import compile_for_tpu, emulated, needs_libtpu, perturbed
 from jax.sharding import PartitionSpec as P
 from jax.test_util import check_grads
 
@@ -121,8 +121,10 @@ EI = ModelConfig(vocab_size=64, d_model=32, n_layers=2, n_heads=4, n_kv_heads=2,
                  infini_hidden=8, infini_sink=4, infini_window=4, infini_segment=8, infini_gate_init=0.5)
 
 
-def test_edgeinfinite_model_with_the_kernel_matches_the_xla_path():
-    """41 tokens: 4 sink, 4 segments of 8, 5 remaining; logits and the gradient w.r.t. the memory gates."""
+@pytest.mark.parametrize("variant", ["tpu", "gpu"])
+def test_edgeinfinite_model_with_the_kernel_matches_the_xla_path(variant):
+    """41 tokens: 4 sink, 4 segments of 8, 5 remaining; logits and the gradient w.r.t. the memory gates.
+    ``variant`` gpu: the Triton kernel, wired in as on a GPU, run by the interpreter."""
     tokens = jax.random.randint(jax.random.key(1), (2, 41), 0, EI.vocab_size)
     params = perturbed(nn.unbox(DecoderLM(EI).init(jax.random.key(0), tokens[:, :8])["params"]), 1)
     w = jax.random.normal(jax.random.key(2), (2, 41, EI.vocab_size))
@@ -138,7 +140,10 @@ def test_edgeinfinite_model_with_the_kernel_matches_the_xla_path():
 
         gates = {k: params[k]["attn"]["memory_gate"] for k in params if k.startswith("layers_")}
         assert len(gates) == EI.n_layers
-        return jax.jit(jax.grad(loss, has_aux=True))(gates)
+        with emulated(variant if kernels == "pallas" else "tpu"):
+            jaxpr = str(jax.make_jaxpr(jax.grad(loss, has_aux=True))(gates))
+            assert ("num_warps" in jaxpr) is (kernels == "pallas" and variant == "gpu")
+            return jax.jit(jax.grad(loss, has_aux=True))(gates)
 
     (got_grad, got), (want_grad, want) = run("pallas"), run("xla")
     assert _rel(got, want) < 1e-5

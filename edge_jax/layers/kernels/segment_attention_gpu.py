@@ -1,0 +1,179 @@
+"""EdgeInfinite's per-segment attention as one Pallas kernel for GPUs (Pallas's Triton backend): the
+same two outputs as :func:`edge_jax.layers.kernels.segment_attention.segment_attention_reference`.
+
+For row n of ``B*N`` (sink row n // N), query head h (KV head g = h // (H/G)) and query i < L:
+
+    A_dot[i] = softmax_j( q_i·[s_j ; k_j≤i] / sqrt(K) ) [V_sink ; V_seg]   (online softmax, float32)
+    A_mem[i] = σ(q_i) M_n,g / (σ(q_i)·z_n,g + ε)                            (σ = ELU + 1)
+
+Grid ``(H, L/bq, B*N)``, one program per (head, query block, row), no state across programs. The
+Triton backend puts grid axis 0 on CUDA's x axis, which the block scheduler walks fastest: the H/G
+heads of a KV group run side by side, so each K/V tile comes from HBM about once and from L2 for
+the group's other heads (at the paper's shape a row's K/V of one group is 1 MiB, H100's L2 50 MiB).
+Packing a group's heads into one [R*bq, K] tile would share the loads in registers instead, but
+needs R = H/G a power of two and a reshape across the head axis; L2 sharing keeps any H/G. Query
+blocks run in reverse, so the longest programs (most causal key blocks) start first.
+
+Each program loads its [bq, K] query block once, then runs an online softmax (m, l, acc in float32)
+over key blocks of bk: the sink of row n // N (read in place, never copied N times; keys >= S
+masked), the segment's key blocks wholly below the causal diagonal (no mask), and the one or two
+blocks the diagonal crosses (causal mask); blocks above the diagonal are never read. It then writes
+A_dot = acc / l in v's dtype and the memory readout of the same query block (σ(q) [bq, K] @ M [K, V])
+straight into the [B*N, L, H, V] outputs. Ragged L and S need no padding: Triton reads nothing
+outside a block by itself, so every load that can pass the end (last query block, key blocks on
+the diagonal, the sink's last block) is masked with zeros as ``other`` (zero values: padded keys
+add nothing to p @ v) and the last query block's store is masked. Triton wants power-of-two tiles
+with dot dims >= 16: K and V below 16 (or not powers of two) are padded with zeros in the wrapper
+(zero q/k columns change no score; σ(0) = 1, so M's and z's padded rows are zero and add nothing).
+
+Defaults for an H100 (H 32, G 8, K = V = 128, bf16, S 300, L 2048 or 200): bq 128, bk 64, 8 warps, 3
+stages. 128 query rows per program give each [64, 128] K/V tile pair (32 KiB of bf16) two 128 x 64 x 128
+dots, 128 flops per byte loaded, and the 16 query blocks and 4 heads that read the same tile mostly find
+it in L2; 8 warps (256 threads) hold the float32 accumulator (128 x 128: 64 registers a thread), the
+scores (128 x 64: 32) and the query tile, which should fit without spilling (not measured on a GPU yet;
+bk 128 would double the score tile); 3 stages keep two K/V tile pairs in flight in shared memory (96 KiB
+of 228) under the loop's dots. The sink of 300 is 5 key blocks (20 keys of the last masked); query block
+i of a segment reads 2i full and 2 diagonal blocks, so a 2048-token segment's 16 query blocks read 272
+segment blocks where a dense 16 x 32 grid would read 512.
+
+Dots take bf16 operands on tensor cores; with float32 inputs they run in IEEE float32 (Pallas's
+Triton default for float32 is TF32). The memory readout multiplies float32 σ(q) by float32 M: IEEE
+for float32 queries, TF32 otherwise (what XLA's default precision does on Ampere and later).
+"""
+from __future__ import annotations
+
+import functools
+import math
+
+import jax
+import jax.numpy as jnp
+from jax import lax
+from jax.experimental import pallas as pl
+from jax.experimental.pallas import triton as pltr
+
+from edge_jax.layers.infini import feature_map
+from edge_jax.layers.kernels import backend
+
+KERNEL = "segment_attention"
+MIN_DIM = 16  # Triton's smallest dot dimension
+BLOCK_Q, BLOCK_K, NUM_WARPS, NUM_STAGES = 128, 64, 8, 3
+
+
+def _pow2(n: int) -> int:
+    return 1 << max(int(n) - 1, 0).bit_length()
+
+
+def _kernel(*refs, L, S, bq, bk, nq, scale, eps, has_sink, dot_precision, mem_precision):
+    if has_sink:
+        q_ref, k_ref, v_ref, sk_ref, sv_ref, M_ref, z_ref, o_ref, mem_ref = refs
+    else:
+        q_ref, k_ref, v_ref, M_ref, z_ref, o_ref, mem_ref = refs
+    qi = nq - 1 - pl.program_id(1)  # reversed: the longest programs first
+    rows = qi * bq + jnp.arange(bq)
+    row_ok = (rows < L)[:, None]
+    q_QK = pltr.load(q_ref, mask=row_ok, other=0)
+    cols = jnp.arange(bk)
+
+    def step(carry, k_TK, v_TV, mask_QT):
+        m_Q, l_Q, acc_QV = carry
+        s_QT = lax.dot_general(q_QK, k_TK, (((1,), (1,)), ((), ())), precision=dot_precision,
+                               preferred_element_type=jnp.float32) * scale
+        if mask_QT is not None:
+            s_QT = jnp.where(mask_QT, s_QT, -jnp.inf)
+        m_new = jnp.maximum(m_Q, jnp.max(s_QT, axis=1))
+        p_QT = jnp.exp(s_QT - m_new[:, None])
+        alpha = jnp.exp(m_Q - m_new)
+        acc_QV = alpha[:, None] * acc_QV + jnp.dot(p_QT.astype(v_TV.dtype), v_TV, precision=dot_precision,
+                                                   preferred_element_type=jnp.float32)
+        return m_new, alpha * l_Q + jnp.sum(p_QT, axis=1), acc_QV
+
+    def masked_block(kr, vr, start, limit):  # a key block whose rows past ``limit`` are zeros
+        start = pl.multiple_of(start, bk)
+        ok = (start + cols < limit)[:, None]
+        return (pltr.load(kr.at[pl.ds(start, bk), :], mask=ok, other=0),
+                pltr.load(vr.at[pl.ds(start, bk), :], mask=ok, other=0))
+
+    def sink_body(kb, carry):
+        k_TK, v_TV = masked_block(sk_ref, sv_ref, kb * bk, S)
+        return step(carry, k_TK, v_TV, (kb * bk + cols < S)[None, :])
+
+    def full_body(kb, carry):  # every key <= the block's first query < L: no mask, no bound
+        start = pl.multiple_of(kb * bk, bk)
+        return step(carry, k_ref[pl.ds(start, bk), :], v_ref[pl.ds(start, bk), :], None)
+
+    def diagonal_body(kb, carry):
+        k_TK, v_TV = masked_block(k_ref, v_ref, kb * bk, L)
+        return step(carry, k_TK, v_TV, rows[:, None] >= (kb * bk + cols)[None, :])
+
+    Vd = v_ref.shape[-1]
+    carry = (jnp.full((bq,), -1e30, jnp.float32), jnp.zeros((bq,), jnp.float32), jnp.zeros((bq, Vd), jnp.float32))
+    if has_sink:
+        carry = lax.fori_loop(0, pl.cdiv(S, bk), sink_body, carry)
+    n_full = (qi * bq + 1) // bk  # blocks whose last key is at or before the block's first query
+    n_end = jnp.minimum(pl.cdiv((qi + 1) * bq, bk), pl.cdiv(L, bk))  # through the diagonal
+    carry = lax.fori_loop(0, n_full, full_body, carry)
+    _, l_Q, acc_QV = lax.fori_loop(n_full, n_end, diagonal_body, carry)
+    pltr.store(o_ref, (acc_QV / l_Q[:, None]).astype(o_ref.dtype), mask=row_ok)
+
+    sq_QK = feature_map(q_QK)
+    num_QV = jnp.dot(sq_QK, M_ref[...], precision=mem_precision, preferred_element_type=jnp.float32)
+    den_Q = jnp.sum(sq_QK * z_ref[...][None, :], axis=1) + eps
+    pltr.store(mem_ref, num_QV / den_Q[:, None], mask=row_ok)
+
+
+def segment_attention_gpu(q_NLHK, k_NLGK, v_NLGK, sink_k_BSGK, sink_v_BSGK, M_NGKV, z_NGK, eps: float = 1e-6,
+                          block_q: int | None = None, block_k: int | None = None, interpret=None):
+    """``(A_dot [B*N, L, H, V] in v's dtype, A_mem [B*N, L, H, V] float32)`` by the Triton kernel (module
+    docstring); row n's sink is row n // N of the [B, S, G, K] sink arrays, S may be 0. ``block_q`` /
+    ``block_k``: powers of two >= 16 (default 128 / 64, cut to a short segment); ``interpret``:
+    ``pallas_call``'s (default :func:`edge_jax.layers.kernels.backend.interpret`)."""
+    BN, L, H, K = q_NLHK.shape
+    B, S, G = sink_k_BSGK.shape[:3]
+    V = v_NLGK.shape[-1]
+    if BN % B or H % G or k_NLGK.shape != (BN, L, G, K) or M_NGKV.shape != (BN, G, K, V):
+        raise ValueError(f"segment_attention_gpu: q {q_NLHK.shape}, k {k_NLGK.shape}, sink {sink_k_BSGK.shape}, "
+                         f"M {M_NGKV.shape} do not fit [B*N, L, H, K], [B*N, L, G, K], [B, S, G, K], [B*N, G, K, V]")
+    block_q, block_k = block_q or BLOCK_Q, block_k or BLOCK_K
+    if any(b < MIN_DIM or b != _pow2(b) for b in (block_q, block_k)):
+        raise ValueError(f"segment_attention_gpu: blocks {block_q} x {block_k} must be powers of two >= {MIN_DIM}")
+    interpret = backend.interpret(KERNEL) if interpret is None else interpret
+    R, N, has_sink = H // G, BN // B, S > 0
+    short = max(MIN_DIM, _pow2(L))  # a short segment is one block (no 128 rows for a part of 20)
+    bq, bk = min(block_q, short), min(block_k, short)
+    nq = pl.cdiv(L, bq)
+    Lk, Sk = max(bk, _pow2(L)), max(bk, _pow2(S))  # K/V blocks: the whole segment / sink, sliced inside
+    Kp, Vp = max(MIN_DIM, _pow2(K)), max(MIN_DIM, _pow2(V))
+
+    def pad(x, d, n):
+        return x if x.shape[d] == n else jnp.pad(x, [(0, n - x.shape[d]) if a == d else (0, 0) for a in range(x.ndim)])
+
+    q, k, sk = (pad(x, 3, Kp) for x in (q_NLHK, k_NLGK, sink_k_BSGK))
+    v, sv = pad(v_NLGK, 3, Vp), pad(sink_v_BSGK, 3, Vp)
+    M = pad(pad(M_NGKV.astype(jnp.float32), 2, Kp), 3, Vp)
+    z = pad(z_NGK.astype(jnp.float32), 2, Kp)
+
+    qblock = lambda h, i, n: (n, nq - 1 - i, h, 0)  # noqa: E731
+    group = lambda h, i, n: (n, 0, h // R, 0)  # noqa: E731
+    in_specs = [pl.BlockSpec((None, bq, None, Kp), qblock), pl.BlockSpec((None, Lk, None, Kp), group),
+                pl.BlockSpec((None, Lk, None, Vp), group)]
+    args = [q, k, v]
+    if has_sink:
+        sink = lambda h, i, n: (n // N, 0, h // R, 0)  # noqa: E731
+        in_specs += [pl.BlockSpec((None, Sk, None, Kp), sink), pl.BlockSpec((None, Sk, None, Vp), sink)]
+        args += [sk, sv]
+    in_specs += [pl.BlockSpec((None, None, Kp, Vp), lambda h, i, n: (n, h // R, 0, 0)),
+                 pl.BlockSpec((None, None, Kp), lambda h, i, n: (n, h // R, 0))]
+    args += [M, z]
+    out_spec = pl.BlockSpec((None, bq, None, Vp), qblock)
+    f32 = q_NLHK.dtype == jnp.float32
+    kernel = functools.partial(
+        _kernel, L=L, S=S, bq=bq, bk=bk, nq=nq, scale=1.0 / math.sqrt(K), eps=float(eps), has_sink=has_sink,
+        dot_precision=lax.Precision.HIGHEST if f32 else None,
+        mem_precision=lax.Precision.HIGHEST if f32 else lax.Precision.DEFAULT)
+    a_dot, a_mem = pl.pallas_call(
+        kernel, grid=(H, nq, BN), in_specs=in_specs, out_specs=[out_spec, out_spec],
+        out_shape=[jax.ShapeDtypeStruct((BN, L, H, Vp), v_NLGK.dtype),
+                   jax.ShapeDtypeStruct((BN, L, H, Vp), jnp.float32)],
+        compiler_params=backend.triton_params(num_warps=NUM_WARPS, num_stages=NUM_STAGES),
+        interpret=interpret, name="segment_attention_gpu")(*args)
+    return (a_dot, a_mem) if Vp == V else (a_dot[..., :V], a_mem[..., :V])
