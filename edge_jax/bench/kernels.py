@@ -3,7 +3,7 @@
 A kernel registers ``cases(small: bool) -> list[KernelCase]`` in :data:`KERNEL_CASES` (the papers
 register theirs at their own shapes). For each case the harness jits the kernel and the reference,
 checks the kernel's output against the reference's (relative norm in float32, tolerance by
-dtype), and, where the kernel compiles natively (TPU; see :mod:`edge_jax.layers.kernels.backend`),
+dtype), and, where the kernel compiles natively (TPU, GPU; :mod:`edge_jax.layers.kernels.backend`),
 times both interleaved and prints the ratio and the kernel's achieved TFLOP/s and GB/s against the
 device's peak. Where it would run interpreted (CPU) the cases are built ``small`` and only the
 check is printed: an interpreted kernel's time says nothing about the kernel. There both variants of

@@ -4,9 +4,9 @@
 
 - ``xla`` (default): the plain jnp path everywhere (what every committed result used);
 - ``pallas``: our Pallas kernel for every hot path that has one; compiled by Mosaic on TPU and by
-  Triton on GPU, and run by the Pallas interpreter on a backend the kernel has no lowering for (CPU: the tests'
-  way of checking it; slow, never a speed path). Plain causal attention takes the library kernel
-  of the backend (:mod:`edge_jax.layers.kernels.flash`);
+  Triton on GPU, and run by the Pallas interpreter on a backend the kernel has no lowering for
+  (CPU: the tests' way of checking it; slow, never a speed path). Plain causal attention takes
+  the library kernel of the backend (:mod:`edge_jax.layers.kernels.flash`);
 - ``auto``: the kernel where the backend compiles it, the XLA path elsewhere, with one warning
   line per kernel and process saying so.
 

@@ -42,6 +42,7 @@ from jax.experimental import pallas as pl
 from jax.experimental.pallas import tpu as pltpu
 
 from edge_jax.layers.kernels import backend
+from edge_jax.layers.kernels.expert_ffn_gpu import expert_ffn_gpu
 from edge_jax.sharding import per_shard
 
 NAME = "expert_ffn"
@@ -149,8 +150,6 @@ def _pallas(x_GCD, gate_GDF, up_GDF, down_GFD, count_G, block_c, block_f, block_
 def _forward(x_GCD, gate_GDF, up_GDF, down_GFD, count_G, static):
     """The step's variant (:func:`backend.gpu_variant`): the Triton one for a GPU, else the TPU one."""
     if backend.gpu_variant():
-        from edge_jax.layers.kernels.expert_ffn_gpu import expert_ffn_gpu
-
         block_c, block_f, block_r, interpret = static
         return expert_ffn_gpu(x_GCD, gate_GDF, up_GDF, down_GFD, count_G, block_c=block_c, block_f=block_f,
                               block_r=block_r, interpret=interpret)

@@ -44,10 +44,10 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 from jax.experimental import pallas as pl
-from jax.experimental.pallas import triton as pltr
 
 from edge_jax.layers.kernels import backend
 
+pltr = backend.pltriton  # None on a JAX without Pallas's Triton backend (then backend.TRITON is False)
 NAME = "expert_ffn"
 DEFAULTS = (64, 128, 64)  # block_c, block_f, block_r
 SMEM_BUDGET = 160 * 2**10  # shared memory for the pipelined loads of one program (H100: 227 KiB)

@@ -19,8 +19,8 @@ Three ways to compute it (the kernel in two variants), same signature, the same 
   row's filled blocks, ceil(length / block_s), are dealt in ``splits`` equal contiguous runs
   (flash-decoding: runs are independent, grid axes B and split are ``parallel``); each run keeps
   its running max m, sum l and unnormalised output in VMEM over the sequential block axis and writes
-  them once. The wrapper merges the runs (jnp): M = max_r m_r, o = sum_r e^(m_r - M) o_r /
-  sum_r e^(m_r - M) l_r. ``length_B`` is scalar-prefetched: the block index map clamps every grid
+  them once. The wrapper merges the runs (jnp, :func:`flash_decoding.merge_runs`): M = max_r m_r,
+  o = sum_r e^(m_r - M) o_r / sum_r e^(m_r - M) l_r. ``length_B`` is scalar-prefetched: the block index map clamps every grid
   step at or past the row's last filled block to that block (the pipeline sees an unchanged block
   index and fetches nothing), those steps compute nothing, and the last block is masked inside.
   Because the runs are dealt from the filled length, not the buffer, a short context in a long
@@ -42,9 +42,10 @@ from jax.experimental import pallas as pl
 from jax.experimental.pallas import tpu as pltpu
 
 from edge_jax.layers.kernels import backend
+from edge_jax.layers.kernels.flash_decoding import MASKED, merge_runs
+from edge_jax.layers.kernels.mla_decode_gpu import mla_decode_gpu
 
 NAME = "mla_decode"
-MASKED = float(jnp.finfo(jnp.float32).min)  # score of a slot past the length (exp(MASKED - m) == 0)
 BLOCK_S = 512   # slots per kernel block: 512 x (512 + 64) bf16 = 0.6 MB per fetch at PLM's shape
 SPLITS = 2      # independent runs per row: work for both TensorCores of a megacore chip at batch 1
 SPLIT_S = 1024  # slots per piece of the XLA loop: over-read < 1024 slots, few iterations
@@ -156,8 +157,6 @@ def mla_decode(q_lat_BHC, q_rope_BHR, latent_BSC, k_rope_BSR, length_B, *, scale
     variant's defaults. ``interpret``: ``pallas_call``'s (default: the backend's,
     :func:`edge_jax.layers.kernels.backend.interpret`)."""
     if backend.gpu_variant():
-        from edge_jax.layers.kernels.mla_decode_gpu import mla_decode_gpu
-
         return mla_decode_gpu(q_lat_BHC, q_rope_BHR, latent_BSC, k_rope_BSR, length_B, scale=scale,
                               block_s=block_s, splits=splits, interpret=interpret)
     block_s, splits = block_s or BLOCK_S, splits or SPLITS
@@ -199,11 +198,3 @@ def mla_decode(q_lat_BHC, q_rope_BHR, latent_BSC, k_rope_BSR, length_B, *, scale
     )(length_B.astype(jnp.int32), q_lat_BHC, q_rope_BHR, latent_BSC, k_rope_BSR)
     return merge_runs(o_BRHC, m_BRH1, l_BRH1, latent_BSC.dtype)
 
-
-def merge_runs(o_BRHC, m_BRH1, l_BRH1, dtype):
-    """Flash-decoding's merge of R independent runs per row (unnormalised outputs, running maxima and
-    sums, float32): M = max_r m_r, o = sum_r e^(m_r - M) o_r / sum_r e^(m_r - M) l_r, in ``dtype``.
-    An empty run has m = MASKED, l = 0, o = 0 and weight exp(MASKED - M) = 0."""
-    w_BRH1 = jnp.exp(m_BRH1 - m_BRH1.max(axis=1, keepdims=True))
-    o_BHC = (w_BRH1 * o_BRHC).sum(axis=1) / (w_BRH1 * l_BRH1).sum(axis=1)
-    return o_BHC.astype(dtype)

@@ -46,11 +46,11 @@ import functools
 import jax
 import jax.numpy as jnp
 from jax.experimental import pallas as pl
-from jax.experimental.pallas import triton as pltr
 
 from edge_jax.layers.kernels import backend
-from edge_jax.layers.kernels.mla_decode import MASKED, merge_runs
+from edge_jax.layers.kernels.flash_decoding import MASKED, merge_runs
 
+pltr = backend.pltriton  # None on a JAX without Pallas's Triton backend (then backend.TRITON is False)
 NAME = "mla_decode"
 BLOCK_S = 64     # slots per block (module docstring)
 SMS = 132        # H100 SXM streaming multiprocessors: default splits = SMS // B

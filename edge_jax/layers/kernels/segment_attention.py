@@ -43,6 +43,7 @@ from jax.experimental.pallas import tpu as pltpu
 from edge_jax.layers.dot_attention import causal_mask, dot_product_attention
 from edge_jax.layers.infini import feature_map, memory_readout
 from edge_jax.layers.kernels import backend
+from edge_jax.layers.kernels.segment_attention_gpu import segment_attention_gpu
 
 KERNEL = "segment_attention"
 SINK_ALIGN = 128  # the sink is one key block, padded to whole lanes
@@ -187,8 +188,6 @@ def _forward(q_NLHK, k_NLGK, v_NLGK, sink_k_BSGK, sink_v_BSGK, M_NGKV, z_NGK, ep
 def _variant(q, k, v, sink_k, sink_v, M, z, eps, block_q, block_k, interpret):
     """The step's variant (:func:`backend.gpu_variant`): the Triton one for a GPU, else the TPU one."""
     if backend.gpu_variant():
-        from edge_jax.layers.kernels.segment_attention_gpu import segment_attention_gpu
-
         return segment_attention_gpu(q, k, v, sink_k, sink_v, M, z, eps=eps, block_q=block_q, block_k=block_k,
                                      interpret=interpret)
     dq, dk = default_blocks()

@@ -49,11 +49,11 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 from jax.experimental import pallas as pl
-from jax.experimental.pallas import triton as pltr
 
 from edge_jax.layers.infini import feature_map
 from edge_jax.layers.kernels import backend
 
+pltr = backend.pltriton  # None on a JAX without Pallas's Triton backend (then backend.TRITON is False)
 KERNEL = "segment_attention"
 MIN_DIM = 16  # Triton's smallest dot dimension
 BLOCK_Q, BLOCK_K, NUM_WARPS, NUM_STAGES = 128, 64, 8, 3

@@ -11,6 +11,7 @@ from edge_jax.layers.kernels import backend
 from edge_jax.layers.kernels.mla_decode import mla_decode_reference
 from edge_jax.layers.kernels.mla_decode_gpu import mla_decode_gpu
 
+pytestmark = pytest.mark.skipif(not backend.TRITON, reason="this JAX has no Pallas Triton backend")
 TOL = {"float32": 1e-5, "bfloat16": 2e-2}
 # one jitted function for the module: a call with the same shapes and settings reuses its compile
 kernel = jax.jit(mla_decode_gpu, static_argnames=("scale", "block_s", "splits", "interpret"))

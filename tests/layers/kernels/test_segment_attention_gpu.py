@@ -9,9 +9,11 @@ import pytest
 from helpers import lower_for_gpu
 
 from edge_jax.bench.kernels import rel_error
+from edge_jax.layers.kernels import backend
 from edge_jax.layers.kernels.segment_attention import segment_attention_reference
 from edge_jax.layers.kernels.segment_attention_gpu import segment_attention_gpu
 
+pytestmark = pytest.mark.skipif(not backend.TRITON, reason="this JAX has no Pallas Triton backend")
 TOL = {"float32": 1e-5, "bfloat16": 2e-2}
 
 
