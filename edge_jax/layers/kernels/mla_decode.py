@@ -6,7 +6,8 @@ one decode step of row b is, over its filled slots j < length_b::
     s_hj = (q~_h . c_j + q^R_h . k^R_j) * scale          scale = 1 / sqrt(K + R)
     o~_h = sum_j softmax_j(s_hj) c_j                      [d_c]; W_UV is applied after, outside
 
-Three ways to compute it (the kernel in two variants), same signature, the same numbers up to float rounding:
+Three ways to compute it (the kernel in two variants), same signature, the same numbers up to float
+rounding:
 
 * :func:`mla_decode_reference`: plain jnp over the whole buffer under a length mask (what the model
   did before: every step reads every slot);
@@ -20,9 +21,10 @@ Three ways to compute it (the kernel in two variants), same signature, the same 
   (flash-decoding: runs are independent, grid axes B and split are ``parallel``); each run keeps
   its running max m, sum l and unnormalised output in VMEM over the sequential block axis and writes
   them once. The wrapper merges the runs (jnp, :func:`flash_decoding.merge_runs`): M = max_r m_r,
-  o = sum_r e^(m_r - M) o_r / sum_r e^(m_r - M) l_r. ``length_B`` is scalar-prefetched: the block index map clamps every grid
-  step at or past the row's last filled block to that block (the pipeline sees an unchanged block
-  index and fetches nothing), those steps compute nothing, and the last block is masked inside.
+  o = sum_r e^(m_r - M) o_r / sum_r e^(m_r - M) l_r. ``length_B`` is scalar-prefetched: the block
+  index map clamps every grid step at or past the row's last filled block to that block (the
+  pipeline sees an unchanged block index and fetches nothing), those steps compute nothing, and the
+  last block is masked inside.
   Because the runs are dealt from the filled length, not the buffer, a short context in a long
   buffer still splits its work evenly. For a GPU the same function runs the Triton variant
   (:mod:`edge_jax.layers.kernels.mla_decode_gpu`: one program per row and run, a loop over its
@@ -197,4 +199,3 @@ def mla_decode(q_lat_BHC, q_rope_BHR, latent_BSC, k_rope_BSR, length_B, *, scale
         interpret=interpret,
     )(length_B.astype(jnp.int32), q_lat_BHC, q_rope_BHR, latent_BSC, k_rope_BSR)
     return merge_runs(o_BRHC, m_BRH1, l_BRH1, latent_BSC.dtype)
-
