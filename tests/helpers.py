@@ -79,3 +79,31 @@ def lower_for_gpu(fn, *arg_structs) -> str:
     text = exported.mlir_module()
     assert f"@{backend.TRITON_CALL}" in text.replace('"', ""), "no Triton kernel in the lowered module"
     return text
+
+
+def expert_group(G, C, D, F, dtype="float32", seed=0):
+    """A static group of ``G`` SwiGLU experts on ``[G, C, D]`` rows: random non-zero rows everywhere
+    (padding rows too: a kernel must zero them itself), experts at scale 1/sqrt(fan-in); numpy's
+    generator, so no shape compiles a sampler."""
+    import jax.numpy as jnp
+
+    rng = np.random.default_rng(seed)
+    x = rng.normal(size=(G, C, D))
+    gate, up = (rng.normal(size=(G, D, F)) / np.sqrt(D) for _ in range(2))
+    down = rng.normal(size=(G, F, D)) / np.sqrt(F)
+    return tuple(jnp.asarray(a, dtype) for a in (x, gate, up, down))
+
+
+def check_expert_rows(got, want, count, tol: float):
+    """A grouped expert FFN's output against its reference: the rows past each expert's count exactly
+    zero, and (where any row is valid) a non-zero reference met within ``tol`` (relative norm)."""
+    from edge_jax.bench.kernels import rel_error
+
+    got32, want32 = np.asarray(got, np.float32), np.asarray(want, np.float32)
+    rows_C = np.arange(got32.shape[1])
+    for g, n in enumerate(count):
+        assert not np.any(got32[g, rows_C >= n]), f"expert {g}: padding rows past {n} are not zero"
+    if sum(count):
+        assert np.abs(want32).max() > 0 and rel_error(got, want) < tol
+    else:
+        assert not np.any(got32)

@@ -2,11 +2,9 @@
 non-dividing shapes and dtypes, and lowered for CUDA with jax.export (small and PhiMoE shapes)."""
 import jax
 import jax.numpy as jnp
-import numpy as np
 import pytest
-from helpers import lower_for_gpu
+from helpers import check_expert_rows, expert_group, lower_for_gpu
 
-from edge_jax.bench.kernels import rel_error
 from edge_jax.layers.kernels import backend
 from edge_jax.layers.kernels.expert_ffn import expert_ffn_reference
 from edge_jax.layers.kernels.expert_ffn_gpu import block_sizes, expert_ffn_gpu
@@ -15,14 +13,6 @@ pytestmark = pytest.mark.skipif(not backend.TRITON, reason="this JAX has no Pall
 TOL = {"float32": 1e-5, "bfloat16": 2e-2}
 
 
-def group(G, C, D, F, dtype="float32", seed=0):
-    """Random non-zero rows everywhere (padding rows too: the kernel must zero them itself) and
-    experts at scale 1/sqrt(fan-in); numpy's generator, so no shape compiles a sampler."""
-    rng = np.random.default_rng(seed)
-    x = rng.normal(size=(G, C, D))
-    gate, up = (rng.normal(size=(G, D, F)) / np.sqrt(D) for _ in range(2))
-    down = rng.normal(size=(G, F, D)) / np.sqrt(F)
-    return tuple(jnp.asarray(a, dtype) for a in (x, gate, up, down))
 
 
 # (G, C, D, F, valid rows per expert, dtype, block sizes). Compiling the interpreted kernels is
@@ -45,18 +35,10 @@ CASES = {
 @pytest.mark.parametrize("name", sorted(CASES))
 def test_kernel_matches_reference(name):
     G, C, D, F, count, dtype, blocks = CASES[name]
-    args = (*group(G, C, D, F, dtype, seed=len(name)), jnp.asarray(count, jnp.int32))
+    args = (*expert_group(G, C, D, F, dtype, seed=len(name)), jnp.asarray(count, jnp.int32))
     got = jax.jit(lambda *a: expert_ffn_gpu(*a, interpret=True, **blocks))(*args)
-    want = expert_ffn_reference(*args)
     assert got.dtype == args[0].dtype and got.shape == (G, C, D)
-    rows_C = np.arange(C)
-    for g, n in enumerate(count):
-        assert not np.any(np.asarray(got[g, rows_C >= n], np.float32))  # padding rows: exactly zero
-    if sum(count):
-        assert float(jnp.abs(want.astype(jnp.float32)).max()) > 0
-        assert rel_error(got, want) < TOL[dtype]
-    else:
-        assert not np.any(np.asarray(got, np.float32))
+    check_expert_rows(got, expert_ffn_reference(*args), count, TOL[dtype])
 
 
 def test_block_sizes_are_powers_of_two_of_at_least_16():
