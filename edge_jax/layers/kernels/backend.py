@@ -121,6 +121,33 @@ def triton_params(num_warps: int = 4, num_stages: int = 2):
     return pltriton.CompilerParams(num_warps=num_warps, num_stages=num_stages)
 
 
+# Triton's shape rules, which every GPU variant obeys: each array inside a kernel has power-of-two
+# dimensions, and each ``dot`` operand dimension is at least 16
+TRITON_MIN_DIM = 16
+
+
+def triton_dim(n: int) -> int:
+    """The smallest power of two that is at least ``n`` and at least 16: a block or padded size."""
+    return max(TRITON_MIN_DIM, 1 << max(int(n) - 1, 0).bit_length())
+
+
+def check_triton_blocks(kernel: str, **blocks: int) -> None:
+    """A one-line ValueError naming each block size that breaks Triton's rules, and a size that keeps them."""
+    bad = [f"{name}={size}" for name, size in blocks.items() if triton_dim(size) != size]
+    if bad:
+        fix = ", ".join(f"{name}={triton_dim(size)}" for name, size in blocks.items() if triton_dim(size) != size)
+        raise ValueError(f"{kernel}: {', '.join(bad)} is not a power of two >= {TRITON_MIN_DIM}; Triton blocks must "
+                         f"be powers of two >= {TRITON_MIN_DIM}, e.g. {fix}")
+
+
+def pad_axis(x, axis: int, n: int):
+    """``x`` zero-padded at the end of ``axis`` to size ``n`` (itself when it has that size): how a GPU
+    variant brings a dimension to :func:`triton_dim`."""
+    if x.shape[axis] == n:
+        return x
+    return jax.numpy.pad(x, [(0, n - x.shape[axis]) if a == axis else (0, 0) for a in range(x.ndim)])
+
+
 def interpret(kernel: str):
     """``pallas_call``'s ``interpret`` argument for ``kernel``: False where it lowers natively, else
     (or under :func:`emulating`) the generic interpreter (True)."""

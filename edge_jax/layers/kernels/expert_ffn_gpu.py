@@ -55,9 +55,9 @@ NUM_WARPS = 4
 
 
 def _pow2(n: int, size: int) -> int:
-    """``n`` rounded down to a power of two, capped at ``size`` rounded up to one, at least 16."""
+    """``n`` rounded down to a power of two (at least 16), capped at :func:`backend.triton_dim` of ``size``."""
     n = 1 << (max(int(n), 1).bit_length() - 1)
-    return max(16, min(n, 1 << (max(size, 1) - 1).bit_length()))
+    return min(max(backend.TRITON_MIN_DIM, n), backend.triton_dim(size))
 
 
 def block_sizes(C: int, D: int, F: int, block_c=None, block_f=None, block_r=None) -> dict:

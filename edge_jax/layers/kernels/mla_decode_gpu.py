@@ -58,11 +58,6 @@ NUM_WARPS = 8
 NUM_STAGES = 2
 
 
-def _pow2(n: int) -> int:
-    """The next power of two >= max(n, 16) (Triton's shape and ``dot`` rules)."""
-    return max(16, 1 << (n - 1).bit_length())
-
-
 def _kernel(len_ref, q_ref, qr_ref, c_ref, kr_ref, o_ref, m_ref, l_ref, *, scale, bs, splits):
     b, r = pl.program_id(0), pl.program_id(1)
     length = len_ref[b]
@@ -111,16 +106,14 @@ def mla_decode_gpu(q_lat_BHC, q_rope_BHR, latent_BSC, k_rope_BSR, length_B, *, s
     B, H, C = q_lat_BHC.shape
     S, R = k_rope_BSR.shape[1:]
     bs = BLOCK_S if block_s is None else block_s
-    if bs < 16 or bs & (bs - 1):
-        raise ValueError(f"block_s={bs} must be a power of two >= 16 (Triton)")
-    bs = min(bs, _pow2(S))
+    backend.check_triton_blocks("mla_decode_gpu", block_s=bs)
+    bs = min(bs, backend.triton_dim(S))
     n_blocks = pl.cdiv(S, bs)
     splits = max(1, min(max(1, SMS // B) if splits is None else splits, n_blocks))
     interpret = backend.interpret(NAME) if interpret is None else interpret
 
-    Hp, Cp, Rp = _pow2(H), _pow2(C), _pow2(R)
-    pad = lambda x, axis, n: x if x.shape[axis] == n else jnp.pad(  # noqa: E731
-        x, [(0, n - x.shape[axis]) if a == axis else (0, 0) for a in range(x.ndim)])
+    Hp, Cp, Rp = backend.triton_dim(H), backend.triton_dim(C), backend.triton_dim(R)
+    pad = backend.pad_axis
     q_BHC = pad(pad(q_lat_BHC, 1, Hp), 2, Cp)
     qr_BHR = pad(pad(q_rope_BHR, 1, Hp), 2, Rp)
     c_BSC, kr_BSR = pad(latent_BSC, 2, Cp), pad(k_rope_BSR, 2, Rp)

@@ -55,12 +55,7 @@ from edge_jax.layers.kernels import backend
 
 pltr = backend.pltriton  # None on a JAX without Pallas's Triton backend (then backend.TRITON is False)
 KERNEL = "segment_attention"
-MIN_DIM = 16  # Triton's smallest dot dimension
 BLOCK_Q, BLOCK_K, NUM_WARPS, NUM_STAGES = 128, 64, 8, 3
-
-
-def _pow2(n: int) -> int:
-    return 1 << max(int(n) - 1, 0).bit_length()
 
 
 def _kernel(*refs, L, S, bq, bk, nq, scale, eps, has_sink, dot_precision, mem_precision):
@@ -134,18 +129,15 @@ def segment_attention_gpu(q_NLHK, k_NLGK, v_NLGK, sink_k_BSGK, sink_v_BSGK, M_NG
         raise ValueError(f"segment_attention_gpu: q {q_NLHK.shape}, k {k_NLGK.shape}, sink {sink_k_BSGK.shape}, "
                          f"M {M_NGKV.shape} do not fit [B*N, L, H, K], [B*N, L, G, K], [B, S, G, K], [B*N, G, K, V]")
     block_q, block_k = block_q or BLOCK_Q, block_k or BLOCK_K
-    if any(b < MIN_DIM or b != _pow2(b) for b in (block_q, block_k)):
-        raise ValueError(f"segment_attention_gpu: blocks {block_q} x {block_k} must be powers of two >= {MIN_DIM}")
+    backend.check_triton_blocks("segment_attention_gpu", block_q=block_q, block_k=block_k)
     interpret = backend.interpret(KERNEL) if interpret is None else interpret
     R, N, has_sink = H // G, BN // B, S > 0
-    short = max(MIN_DIM, _pow2(L))  # a short segment is one block (no 128 rows for a part of 20)
+    short = backend.triton_dim(L)  # a short segment is one block (no 128 rows for a part of 20)
     bq, bk = min(block_q, short), min(block_k, short)
     nq = pl.cdiv(L, bq)
-    Lk, Sk = max(bk, _pow2(L)), max(bk, _pow2(S))  # K/V blocks: the whole segment / sink, sliced inside
-    Kp, Vp = max(MIN_DIM, _pow2(K)), max(MIN_DIM, _pow2(V))
-
-    def pad(x, d, n):
-        return x if x.shape[d] == n else jnp.pad(x, [(0, n - x.shape[d]) if a == d else (0, 0) for a in range(x.ndim)])
+    Lk, Sk = max(bk, backend.triton_dim(L)), max(bk, backend.triton_dim(S))  # K/V blocks: whole segment / sink
+    Kp, Vp = backend.triton_dim(K), backend.triton_dim(V)
+    pad = backend.pad_axis
 
     q, k, sk = (pad(x, 3, Kp) for x in (q_NLHK, k_NLGK, sink_k_BSGK))
     v, sv = pad(v_NLGK, 3, Vp), pad(sink_v_BSGK, 3, Vp)

@@ -5,7 +5,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from helpers import check_expert_rows, compile_for_tpu, emulated, needs_libtpu
+from helpers import check_expert_rows, compile_for_tpu, emulated, expert_group, needs_libtpu
 from jax.sharding import PartitionSpec as P
 
 from edge_jax.bench.kernels import KERNEL_CASES, rel_error
@@ -23,16 +23,6 @@ from edge_jax.models import DecoderLM, ModelConfig
 TOL = {"float32": 1e-5, "bfloat16": 2e-2}
 
 
-def group(G, C, D, F, dtype="float32", seed=0):
-    """Random non-zero rows everywhere (padding rows too: the kernel must zero them itself) and
-    experts at scale 1/sqrt(fan-in)."""
-    k = jax.random.split(jax.random.key(seed), 4)
-    x = jax.random.normal(k[0], (G, C, D))
-    gate, up = (jax.random.normal(kk, (G, D, F)) / np.sqrt(D) for kk in k[1:3])
-    down = jax.random.normal(k[3], (G, F, D)) / np.sqrt(F)
-    return tuple(a.astype(dtype) for a in (x, gate, up, down))
-
-
 # (G, C, D, F, valid rows per expert, dtype, block sizes): the grid is G x C/block_c x F/block_f
 CASES = {
     "f32_tiles": (3, 32, 128, 256, [0, 13, 32], "float32", dict(block_c=16, block_f=128, block_r=8)),
@@ -48,7 +38,7 @@ CASES = {
 @pytest.mark.parametrize("name", sorted(CASES))
 def test_kernel_matches_reference(name):
     G, C, D, F, count, dtype, blocks = CASES[name]
-    args = (*group(G, C, D, F, dtype, seed=len(name)), jnp.asarray(count, jnp.int32))
+    args = (*expert_group(G, C, D, F, dtype, seed=len(name)), jnp.asarray(count, jnp.int32))
     got = jax.jit(lambda *a: expert_ffn(*a, **blocks))(*args)
     assert got.dtype == args[0].dtype and got.shape == (G, C, D)
     check_expert_rows(got, expert_ffn_reference(*args), count, TOL[dtype])
@@ -63,7 +53,7 @@ def test_block_sizes_pick_the_largest_aligned_divisor():
 
 
 def test_gradients_match_the_reference():
-    x, gate, up, down = group(3, 32, 128, 256)
+    x, gate, up, down = expert_group(3, 32, 128, 256)
     count = jnp.asarray([7, 0, 32], jnp.int32)
     w = jax.random.normal(jax.random.key(9), x.shape)
 
@@ -77,7 +67,7 @@ def test_gradients_match_the_reference():
 
 
 def test_dispatch_follows_model_kernels():
-    args = (*group(2, 8, 16, 24), jnp.asarray([8, 3], jnp.int32))
+    args = (*expert_group(2, 8, 16, 24), jnp.asarray([8, 3], jnp.int32))
 
     def runs_kernel(mode):
         return "pallas_call" in str(jax.make_jaxpr(lambda *a: grouped_swiglu(*a, mode))(*args))
