@@ -1,16 +1,21 @@
-"""``edge-jax`` command line: train | eval | grid | bench | summary | params | moe | cache | analyze.
+"""``edge-jax`` command line: train | eval | grid | bench | summary | params | launch | moe | cache | analyze.
 
 Config options follow big_vision: ``--config configs/lm.py:size=tiny --config.train.steps=200``.
 Errors a user can fix (:class:`edge_jax.errors.UserError`) are printed as one line
 (``edge-jax: error: ...``) with exit status 2. The core subcommands are defined here; each paper
-adds its own through :data:`edge_jax.registry.COMMANDS` (see :func:`build_parser`).
+adds its own through :data:`edge_jax.registry.COMMANDS` (see :func:`build_parser`). Every command
+that runs models may be one process of a multi-process job: it takes ``--coordinator-address``,
+``--num-processes`` and ``--process-id`` and joins the job before anything starts JAX
+(:func:`edge_jax.distributed.start`; docs/multihost.md).
 """
 from __future__ import annotations
 
 import argparse
 import sys
+import traceback
 from typing import Callable
 
+from edge_jax import distributed
 from edge_jax.compile.chips import prepare_for_argv
 from edge_jax.errors import ConfigError, UserError
 
@@ -22,6 +27,8 @@ def _split_config_overrides(argv: list[str]) -> tuple[list[str], list[str]]:
     rest, overrides = [], []
     it = iter(argv)
     for a in it:
+        if a == "--":  # what follows belongs to another command (edge-jax launch ... -- COMMAND)
+            return rest + [a, *it], overrides
         if a.startswith("--config."):
             key, eq, val = a[len("--config."):].partition("=")
             if not eq:
@@ -82,11 +89,12 @@ def _add_core_commands(sub) -> None:
     p.set_defaults(fn=_cmd_eval)
     p = sub.add_parser("params", help="parameter counts (built abstractly, no memory used)")
     p.add_argument("--config", required=True)
-    p.set_defaults(fn=_cmd_params, takes_overrides=True)
+    p.set_defaults(fn=_cmd_params, takes_overrides=True, joins_job=False)
     from edge_jax.grid import command as grid_command
     p = sub.add_parser("grid", help="run an ablation grid and write its tables")
     grid_command.add_arguments(p)
-    p.set_defaults(fn=lambda a, o: grid_command.run(a), overrides_hint="; use --set KEY=VALUE")
+    p.set_defaults(fn=lambda a, o: grid_command.run(a), overrides_hint="; use --set KEY=VALUE",
+                   joins_job=grid_command.joins_job)
     from edge_jax.bench import command as bench_command
     p = sub.add_parser("bench", help="benchmarks that print ratios measured in one run")
     bench_command.add_arguments(p)
@@ -95,7 +103,11 @@ def _add_core_commands(sub) -> None:
     p = sub.add_parser("summary", help="one row per ablation grid: the paper's pairs that agree, disagree or "
                                        "are within noise")
     summary.add_arguments(p)
-    p.set_defaults(fn=lambda a, o: summary.run(a))
+    p.set_defaults(fn=lambda a, o: summary.run(a), joins_job=False)
+    from edge_jax.utils import launch
+    p = sub.add_parser("launch", help="run a command as N processes of one job on this machine (docs/multihost.md)")
+    launch.add_arguments(p)
+    p.set_defaults(fn=lambda a, o: launch.launch(a.processes, a.devices_per_process, a.argv), joins_job=False)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -123,7 +135,33 @@ def build_parser() -> argparse.ArgumentParser:
         inner = sub.add_parser(group, help=help_).add_subparsers(dest=dest, required=True)
         for leaf, add_parser in commands:
             _add(inner, leaf, add_parser)
+    _add_job_flags(parser)
     return parser
+
+
+def _add_job_flags(parser: argparse.ArgumentParser) -> None:
+    """The multi-process flags on every leaf command but those that never join a job."""
+    subs = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]  # noqa: SLF001
+    if subs:
+        for child in subs[0].choices.values():
+            _add_job_flags(child)
+    elif parser.get_default("joins_job") is not False:
+        g = parser.add_argument_group("multi-process job", "one process of a job of several (default: from the "
+                                      "environment, docs/multihost.md)")
+        g.add_argument(distributed.FLAGS[distributed.COORDINATOR], default=None, metavar="HOST:PORT",
+                       help=f"the job's coordinator, process 0's address (${distributed.COORDINATOR})")
+        g.add_argument(distributed.FLAGS[distributed.NUM_PROCESSES], type=int, default=None, metavar="N",
+                       help=f"processes in the job (${distributed.NUM_PROCESSES})")
+        g.add_argument(distributed.FLAGS[distributed.PROCESS_ID], type=int, default=None, metavar="I",
+                       help=f"this process's id, 0..N-1 (${distributed.PROCESS_ID})")
+
+
+def join_job(args) -> None:
+    """Start this process's part of the job (:func:`edge_jax.distributed.start`) for a command that runs models."""
+    joins = getattr(args, "joins_job", True)
+    if joins is False or (callable(joins) and not joins(args)):
+        return
+    distributed.start(args.coordinator_address, args.num_processes, args.process_id)
 
 
 def _add(sub, name: str, add_parser: Callable) -> None:
@@ -135,6 +173,7 @@ def _add(sub, name: str, add_parser: Callable) -> None:
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     prepare_for_argv(argv)  # before building the parser, which imports the plugins and may start JAX
+    distributed.quiet_platforms()
     parser = build_parser()
     try:
         rest, overrides = _split_config_overrides(argv)
@@ -142,10 +181,20 @@ def main(argv: list[str] | None = None) -> int:
         if overrides and not getattr(args, "takes_overrides", False):
             raise ConfigError(f"--config.* overrides do not apply to `{args.command}`"
                               + getattr(args, "overrides_hint", ""))
-        return args.fn(args, overrides) or 0
+        join_job(args)
+        status = args.fn(args, overrides) or 0
     except (UserError, FileNotFoundError) as e:  # errors that carry their own one-line fix
         print(f"edge-jax: error: {e}", file=sys.stderr)
+        distributed.leave(2)
         return 2
+    except BaseException:
+        if distributed.process_count() > 1:  # the traceback, then out at once (distributed.leave)
+            traceback.print_exc()
+            distributed.leave(1)
+        raise
+    if status:
+        distributed.leave(status)
+    return status
 
 
 if __name__ == "__main__":

@@ -8,7 +8,6 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import functools
-import os
 
 import flax.linen as nn
 import jax
@@ -38,18 +37,6 @@ LOGICAL_RULES = (
     ("expert", None),       # MoE experts: replicated; each expert's width follows "mlp"
     ("layers", None),       # the scanned layer axis (model.scan_layers): every device holds every layer
 )
-
-
-def maybe_initialize_distributed() -> None:
-    """Call ``jax.distributed.initialize`` when the environment describes a multi-process job."""
-    markers = ("JAX_COORDINATOR_ADDRESS", "COORDINATOR_ADDRESS", "SLURM_JOB_ID", "TPU_WORKER_HOSTNAMES",
-               "MEGASCALE_COORDINATOR_ADDRESS")
-    wanted = os.environ.get("EDGE_JAX_DISTRIBUTED", "auto")
-    if wanted == "0" or (wanted == "auto" and not any(m in os.environ for m in markers)):
-        return
-    if jax.distributed.is_initialized():
-        return
-    jax.distributed.initialize()
 
 
 def mesh_shape(mesh_cfg, n_devices: int) -> tuple[int, int, int]:
@@ -234,7 +221,26 @@ def to_global(batch: dict, sharding) -> dict:
     return {k: jax.make_array_from_process_local_data(sharding, np.asarray(v)) for k, v in batch.items()}
 
 
-def process_rows(batch: dict) -> dict:
-    """This process's share of the rows of a global host batch."""
-    n, i = jax.process_count(), jax.process_index()
-    return {k: v[i * (len(v) // n):(i + 1) * (len(v) // n)] for k, v in batch.items()}
+def process_block(sharding, batch: int) -> tuple[int, int]:
+    """``(j, n)``: this process holds block ``j`` of ``n`` equal, contiguous row blocks of a global batch
+    of ``batch`` rows laid out by ``sharding`` (the rows its devices hold; ``(0, 1)`` when every process
+    holds every row). The data pipeline loads only these rows, whatever the process count."""
+    spans = sorted({(i[0].start or 0, batch if i[0].stop is None else i[0].stop)
+                    for i in sharding.addressable_devices_indices_map((batch, 1)).values()})
+    start, stop = spans[0][0], spans[0][0]
+    for a, b in spans:
+        if a > stop:
+            raise ConfigError(f"this process's devices hold rows {spans} of the batch, not one block; order "
+                              "the mesh's devices by process (jax.devices() order)")
+        stop = max(stop, b)
+    size = stop - start
+    if batch % size or start % size:
+        raise ConfigError(f"rows {start}..{stop} of a {batch}-row batch are not one of equal blocks; "
+                          "use a data.batch_size the mesh's data x fsdp divides")
+    return start // size, batch // size
+
+
+def process_rows(batch: dict, sharding) -> dict:
+    """This process's rows (:func:`process_block`) of a global host batch laid out by ``sharding``."""
+    j, n = process_block(sharding, len(next(iter(batch.values()))))
+    return {k: v[j * (len(v) // n):(j + 1) * (len(v) // n)] for k, v in batch.items()}

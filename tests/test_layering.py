@@ -40,7 +40,7 @@ PACKAGE = ROOT / "edge_jax"
 MAX_LINES = 450
 
 LEVELS = (  # (level, top-level names under edge_jax/ that belong to it), lowest first
-    ("core", ("__init__", "config", "errors", "registry", "sharding", "utils")),
+    ("core", ("__init__", "config", "distributed", "errors", "registry", "sharding", "utils")),
     ("layers", ("layers",)),
     ("models/interop", ("models", "interop")),
     ("data/train/infer", ("data", "train", "infer", "eval")),

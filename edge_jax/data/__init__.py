@@ -1,8 +1,8 @@
 """Data layer: built-in TFDS datasets (no download), tokenizers and grain pipelines.
 
     tok = get_tokenizer(cfg.data.tokenizer, cfg.data.name, data_dir)
-    it = make_train_iter(cfg.data, tok, seed, jax.process_index(), jax.process_count())
-    batch = next(it)            # {"inputs", "targets"}: int32[B_local, T]
+    it = make_train_iter(cfg.data, tok, seed, *process_block(batch_sharding(mesh), cfg.data.batch_size))
+    batch = next(it)            # {"inputs", "targets"}: int32[B_local, T], this process's rows
     state = it.get_state()      # JSON-able; it.set_state(state) replays the same batches
     evals = make_eval_batches(cfg.data, tok)   # + "mask": float32[B, T]
     qa = load_qa(cfg.data, data_dir)            # facts / longctx questions

@@ -6,9 +6,12 @@ os.replace), and memory-mapped afterwards. A combined dataset (a+b) concatenates
 of its parts for train.
 
 Training windows hold seq_len + 1 tokens with stride seq_len, so every token after the first
-is a target exactly once per epoch: inputs = window[:-1], targets = window[1:]. Window w goes
-to process w % process_count (the same number to each), then each process shuffles its
-windows with grain (a new order every epoch), repeats forever and batches.
+is a target exactly once per epoch: inputs = window[:-1], targets = window[1:]. One global order
+(grain's shuffle of all windows, a new order every epoch, repeated forever) is cut into global
+batches of data.batch_size rows; a process reads only its block of rows of each (the rows its
+devices hold), so the global batches are the same rows in the same order whatever the number of
+processes. In a job of several processes, process 0 builds a missing cache and the others wait
+for it (edge_jax.distributed.prepared).
 """
 from __future__ import annotations
 
@@ -19,6 +22,7 @@ import os
 import numpy as np
 
 from edge_jax.data.errors import DataError
+from edge_jax.distributed import prepared
 from edge_jax.data.sources import Source, data_dir_default, resolve_cfg
 from edge_jax.data.tokenizers import tokenizer_dtype
 from edge_jax.utils.atomic import write_bytes_atomic
@@ -41,7 +45,8 @@ def split_tokens(source: Source, split: str, tok, data_dir: str) -> np.ndarray:
     if source.parts and split == "train":
         return np.concatenate([split_tokens(p, "train", tok, data_dir) for p in source.parts])
     path = tokens_path(data_dir, source, split, tok)
-    if not os.path.exists(path):
+
+    def build() -> None:
         dtype, eos = tokenizer_dtype(tok), np.array([tok.eos_id], dtype=tokenizer_dtype(tok))
         blocks, docs = [], iter(source.iter_documents(split))
         while block := list(itertools.islice(docs, _ENCODE_BLOCK)):
@@ -54,26 +59,25 @@ def split_tokens(source: Source, split: str, tok, data_dir: str) -> np.ndarray:
         buf = io.BytesIO()
         np.save(buf, flat, allow_pickle=False)
         write_bytes_atomic(path, buf.getvalue())
+
+    prepared(f"tokens {os.path.basename(path)}", lambda: os.path.exists(path), build)
     return np.load(path, mmap_mode="r")
 
 
 class Windows:
-    """Random-access view of the training windows of one process: item i is int32[seq_len+1]."""
+    """Random-access view of the training windows of a split: item i is int32[seq_len+1]."""
 
-    def __init__(self, tokens: np.ndarray, seq_len: int, process_index: int = 0,
-                 process_count: int = 1):
+    def __init__(self, tokens: np.ndarray, seq_len: int):
         self.tokens, self.seq_len = tokens, seq_len
-        self.process_index, self.process_count = process_index, process_count
         self.total = (len(tokens) - 1) // seq_len
-        self.length = self.total // process_count
 
     def __len__(self) -> int:
-        return self.length
+        return self.total
 
     def __getitem__(self, i: int) -> np.ndarray:
-        if not 0 <= i < self.length:
+        if not 0 <= i < self.total:
             raise IndexError(i)
-        start = (i * self.process_count + self.process_index) * self.seq_len
+        start = i * self.seq_len
         return np.asarray(self.tokens[start:start + self.seq_len + 1], dtype=np.int32)
 
 
@@ -81,32 +85,33 @@ def _to_io(batch_BW: np.ndarray) -> dict:
     return {"inputs": batch_BW[:, :-1], "targets": batch_BW[:, 1:]}
 
 
-def _check_sizes(data_cfg, process_count: int) -> tuple[int, int]:
+def _check_sizes(data_cfg, blocks: int) -> tuple[int, int]:
     seq_len, batch = int(data_cfg.seq_len), int(data_cfg.batch_size)
     if seq_len < 1 or batch < 1:
         raise DataError(f"data.seq_len ({seq_len}) and data.batch_size ({batch}) must be positive; "
                         "set them to positive integers")
-    if batch % process_count:
-        raise DataError(f"data.batch_size {batch} is not divisible by the {process_count} processes; "
-                        f"use a multiple of {process_count}")
+    if batch % blocks:
+        raise DataError(f"data.batch_size {batch} is not divisible by the {blocks} processes; "
+                        f"use a multiple of {blocks}")
     return seq_len, batch
 
 
-def make_train_iter(data_cfg, tok, seed: int, process_index: int = 0, process_count: int = 1):
-    """Endless grain iterator of {'inputs', 'targets'}: int32[batch_size // process_count,
-    seq_len]. It has get_state() -> JSON-able dict and set_state(state); restoring a state
-    replays exactly the batches that followed it. Deterministic given (data, tokenizer, seed,
-    process_index, process_count)."""
+def make_train_iter(data_cfg, tok, seed: int, block: int = 0, blocks: int = 1):
+    """Endless grain iterator of {'inputs', 'targets'}: int32[batch_size // blocks, seq_len], rows
+    ``block * batch_size // blocks`` onward of each global batch (:func:`edge_jax.sharding.process_block`
+    gives a process its block). It has get_state() -> JSON-able dict (the number of global batches
+    read, the same in every process) and set_state(state); restoring a state replays exactly the
+    batches that followed it. Deterministic given (data, tokenizer, seed, block, blocks)."""
     import grain
 
-    seq_len, batch = _check_sizes(data_cfg, process_count)
-    if not 0 <= process_index < process_count:
-        raise DataError(f"process_index {process_index} is outside 0..{process_count - 1}; "
-                        "pass jax.process_index() and jax.process_count()")
-    local = batch // process_count
+    seq_len, batch = _check_sizes(data_cfg, blocks)
+    if not 0 <= block < blocks:
+        raise DataError(f"row block {block} is outside 0..{blocks - 1}; pass "
+                        "edge_jax.sharding.process_block(batch sharding, data.batch_size)")
+    local = batch // blocks
     source = resolve_cfg(data_cfg)
     tokens = split_tokens(source, "train", tok, _data_dir(data_cfg))
-    windows = Windows(tokens, seq_len, process_index, process_count)
+    windows = Windows(tokens, seq_len)
     if windows.total < batch:
         raise DataError(
             f"dataset '{source.name}' train split has {len(tokens)} tokens, {windows.total} windows "
@@ -115,7 +120,7 @@ def make_train_iter(data_cfg, tok, seed: int, process_index: int = 0, process_co
     ds = (grain.MapDataset.source(windows)
           .shuffle(seed=int(seed) % 2**32)
           .repeat()
-          .batch(local, drop_remainder=True)
+          .batch(local, drop_remainder=True)[block::blocks]   # global batch k = local batches k*blocks ...
           .map(_to_io))
     options = grain.ReadOptions(num_threads=_READ_THREADS, prefetch_buffer_size=_PREFETCH_BATCHES)
     return iter(ds.to_iter_dataset(options))

@@ -40,6 +40,7 @@ from edge_jax.data.errors import DataError
 from edge_jax.data.file_sources import FORMATS as FILE_FORMATS
 from edge_jax.data.file_sources import VALIDATION_PER_MILLE as TEXT_VALIDATION_PER_MILLE
 from edge_jax.data.file_sources import file_source
+from edge_jax.distributed import prepared
 
 BUILTIN = ("pystdlib", "facts", "longctx", "drills", "copies")
 WITH_QA = ("facts", "longctx")  # the built-ins with a question split
@@ -137,18 +138,22 @@ def _builder_config(kind: str, params: tuple):
 
 
 def _prepared(cls, config, tfds_dir: str):
-    """The builder, prepared. tfds writes into an `incomplete.*` folder and renames it when
-    done (removing it on failure), so an interrupted run leaves nothing that looks prepared.
-    If another process finishes first, our rename fails and its result is used."""
-    builder = cls(config=config, data_dir=tfds_dir, file_format="array_record")
-    if not builder.is_prepared():
+    """The builder, prepared (once per job: process 0 prepares, the others wait). tfds writes into an
+    `incomplete.*` folder and renames it when done (removing it on failure), so an interrupted run
+    leaves nothing that looks prepared. If another job finishes first, our rename fails and its
+    result is used."""
+    def make():
+        return cls(config=config, data_dir=tfds_dir, file_format="array_record")
+
+    def build() -> None:
         try:
-            builder.download_and_prepare()
+            make().download_and_prepare()
         except OSError:
-            builder = cls(config=config, data_dir=tfds_dir, file_format="array_record")
-            if not builder.is_prepared():
+            if not make().is_prepared():
                 raise
-    return builder
+
+    prepared(f"tfds {config.name}", lambda: make().is_prepared(), build)
+    return make()
 
 
 def _builtin(kind: str, data_dir: str, params: tuple) -> Source:

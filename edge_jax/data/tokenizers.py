@@ -28,6 +28,7 @@ from typing import Iterable
 import numpy as np
 
 from edge_jax.data.errors import DataError
+from edge_jax.distributed import prepared
 from edge_jax.data.sources import data_dir_default, resolve, resolve_cfg
 from edge_jax.utils.atomic import write_bytes_atomic
 
@@ -180,8 +181,8 @@ def _trained_spm(vocab: str, dataset: str, data_dir: str) -> SpmTokenizer:
                         "(256 byte-fallback pieces + specials), e.g. 'spm:4096'")
     source = resolve(dataset, data_dir) if isinstance(dataset, str) else resolve_cfg(dataset, data_dir)
     path = os.path.join(data_dir, "tokenizers", f"{source.key}-spm{vocab_size}.model")
-    if not os.path.exists(path):
-        train_spm(source.iter_documents("train"), vocab_size, path)
+    prepared(f"tokenizer {os.path.basename(path)}", lambda: os.path.exists(path),
+             lambda: train_spm(source.iter_documents("train"), vocab_size, path))
     return SpmTokenizer(path, name=f"spm{vocab_size}-{_file_hash(path)}")
 
 

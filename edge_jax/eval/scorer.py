@@ -132,7 +132,8 @@ class Scorer:
             batch = {"tokens": tokens, "targets": targets, "mask": mask,
                      **(self.host_fn(tokens) if self.host_fn else {})}
             if self.mesh is not None:
-                batch = to_global(process_rows(batch), batch_sharding(self.mesh))
+                rows_sharding = batch_sharding(self.mesh)
+                batch = to_global(process_rows(batch, rows_sharding), rows_sharding)
             tokens, targets, mask = batch.pop("tokens"), batch.pop("targets"), batch.pop("mask")
             ll, greedy = jax.device_get(self._step(self.params, tokens, targets, mask, batch))
             for b, i in enumerate(idx):

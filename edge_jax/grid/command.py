@@ -18,6 +18,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from edge_jax import distributed
 from edge_jax.grid import plots, runner, spec, tables
 
 
@@ -55,6 +56,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--slices", type=int, default=1, help="with --compile-only: TPU slices over DCN")
     parser.add_argument("--mesh", default=None, help="with --compile-only: AXIS=SIZE over data, fsdp, tensor "
                         "(default: data = slices, fsdp = the other devices)")
+
+
+def joins_job(args: argparse.Namespace) -> bool:
+    """Whether this grid command trains (and so joins a multi-process job): not --list, --tables-only
+    or --compile-only."""
+    return not (args.list or args.tables_only or args.compile_only)
 
 
 def default_out(grid: spec.Grid) -> Path:
@@ -122,6 +129,16 @@ def run(args: argparse.Namespace, *, train_fn: runner.TrainFn | None = None,
         log(f"{grid.name}: {len(summary.ran)} ran, {len(summary.reused)} reused, "
             f"{len(summary.skipped)} skipped, {failed} failed")
 
+    distributed.on_lead("tables", lambda: _write_tables(grid, args, out, log))
+    if failed:
+        log(f"error: {failed} cell(s) failed: "
+            + ", ".join(u.label for u, _ in summary.failed))
+        return 1
+    return 0
+
+
+def _write_tables(grid, args, out: Path, log) -> None:
+    """Tables, curves and the grid's post hook from every record in ``out`` (process 0 of a job)."""
     records = runner.load_records(out, log=log)
     table = tables.write_tables(grid, records, out, args.seeds)
     curves = tables.has_curves(table.records)
@@ -138,11 +155,6 @@ def run(args: argparse.Namespace, *, train_fn: runner.TrainFn | None = None,
     missing = sum(len(r.missing_seeds) for r in table.rows)
     log(f"wrote {out / 'table.md'}, {out / 'table.csv'}{', ' + str(out / 'curves.png') if curves else ''} "
         f"from {len(table.records)} record(s)" + (f"; {missing} missing" if missing else ""))
-    if failed:
-        log(f"error: {failed} cell(s) failed: "
-            + ", ".join(u.label for u, _ in summary.failed))
-        return 1
-    return 0
 
 
 def _compile_only(grid, args, extra, load_config, log, error) -> int:

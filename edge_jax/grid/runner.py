@@ -11,6 +11,12 @@ config (seed included) equals that of a record in a sibling grid's output (the s
 baseline in several tables of one paper, say) reuses that run: its record is copied with
 ``reused_from`` naming the source, and nothing is trained twice.
 
+In a job of several processes (docs/multihost.md) every process runs the same units together:
+process 0 decides what the file system says (is a unit recorded, which run can be reused, is the
+tree clean) and hands the answer to the others (:func:`edge_jax.distributed.on_lead`), and writes
+every file; a unit that fails ends the job (the others would wait for it forever), where a single
+process logs it and goes on. Records carry the process count and the device layout.
+
 Every record names the commit it was made at and the command that made it. A working tree with
 uncommitted changes is refused (before the first unit, and again before each record is written, since
 a long grid may outlive an edit) unless ``allow_dirty``; such records keep the sha256 of ``git diff
@@ -31,6 +37,7 @@ import traceback
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
+from edge_jax import distributed
 from edge_jax.grid.spec import Grid
 from edge_jax.grid.stages import data_key
 from edge_jax.grid.stages import resolve as resolve_stages
@@ -110,8 +117,8 @@ def run_grid(grid: Grid, out: str | Path, units: Iterable[Unit], *,
     ``command`` is stored in each record (default: this process's command line)."""
     out = Path(out)
     donors = sibling_outputs(out) if reuse else []
-    check_out_dir(grid, out)
-    if check_provenance(grid, allow_dirty).get("commit") is None:
+    distributed.on_lead("grid output", lambda: check_out_dir(grid, out))
+    if _provenance(grid, allow_dirty).get("commit") is None:
         log(f"warning: {grid.path} is not in a git repository; its records will name no commit")
     command = command or command_line()
     train_fn = train_fn or _default_train_fn
@@ -120,7 +127,7 @@ def run_grid(grid: Grid, out: str | Path, units: Iterable[Unit], *,
     summary = RunSummary()
     for i, unit in enumerate(units):
         tag = f"[{i + 1}/{len(units)}] {unit.label}"
-        if record_path(out, unit).exists():
+        if distributed.on_lead(f"record {unit.name}", record_path(out, unit).exists):
             log(f"{tag}: skipped, record exists ({record_path(out, unit)})")
             summary.skipped.append(unit)
             continue
@@ -138,6 +145,8 @@ def run_grid(grid: Grid, out: str | Path, units: Iterable[Unit], *,
             except OSError:
                 where = ""
             log(f"FAILED {unit.label}: {type(e).__name__}: {msg}{where}")
+            if distributed.process_count() > 1:
+                raise  # the other processes may wait for this one inside the unit: end the job
             summary.failed.append((unit, f"{type(e).__name__}: {msg}"))
             continue
         value = record["metrics"].get(grid.metric)
@@ -165,16 +174,16 @@ def run_unit(grid: Grid, unit: Unit, out: str | Path, *,
                                    load_config)
     config = load_config(grid.base, overrides)
     documents = data_key(config)
-    donor = find_identical_run(reuse_from, _config_dict(config), grid.metric, clean_only=not allow_dirty,
-                               documents=documents)
+    donor = distributed.on_lead(f"reuse {unit.name}", lambda: _donor(reuse_from, config, grid.metric, allow_dirty,
+                                                                       documents))
     if donor is not None:
-        check_provenance(grid, allow_dirty)
+        _provenance(grid, allow_dirty)
         record = dict(donor[1], grid=grid.name, title=grid.title, ablation_file=grid.path, preset=grid.preset,
                       cell=unit.cell, base=grid.base, overrides=_jsonable(overrides), reused_from=str(donor[0]))
         write_json_atomic(record_path(out, unit), record)
         return record
     wd = workdir(out, unit)
-    resumed = _claim_workdir(wd, grid, overrides)
+    resumed = distributed.on_lead(f"workdir {unit.name}", lambda: _claim_workdir(wd, grid, overrides))
     result = train_fn(config, str(wd))
     if not isinstance(result, dict):
         raise TypeError(f"train function returned {type(result).__name__}, not a dict")
@@ -182,7 +191,7 @@ def run_unit(grid: Grid, unit: Unit, out: str | Path, *,
     if grid.metric not in metrics:
         raise KeyError(f"result has no {grid.metric!r}; keys: {', '.join(sorted(metrics))}")
     curves = read_curves(wd / "metrics.jsonl")
-    git = check_provenance(grid, allow_dirty)   # the tree may have changed while this unit trained
+    git = _provenance(grid, allow_dirty)   # the tree may have changed while this unit trained
     record = {
         "record_version": RECORD_VERSION,
         "grid": grid.name,
@@ -205,13 +214,14 @@ def run_unit(grid: Grid, unit: Unit, out: str | Path, *,
         "wall_time_s": round(time.time() - t0, 3),
         "started_at": started_at,
         "finished_at": _now(),
-        "device": device_info(),
+        "device": device_info(),   # platform, device and process counts
         "versions": versions(),
         "host": socket.gethostname(),
         "workdir": str(wd),
     }
     write_json_atomic(record_path(out, unit), record)
-    (wd / "error.log").unlink(missing_ok=True)
+    if distributed.is_lead():
+        (wd / "error.log").unlink(missing_ok=True)
     return record
 
 
@@ -227,6 +237,17 @@ def check_provenance(grid: Grid, allow_dirty: bool) -> dict:
         raise GridRunError(f"the working tree of {where} has uncommitted changes, so records could not be "
                            "tied to a commit; commit them (or run from a clean worktree) or pass --allow-dirty")
     return info
+
+
+def _provenance(grid: Grid, allow_dirty: bool) -> dict:
+    """:func:`check_provenance` of process 0's tree, on every process."""
+    return distributed.on_lead("provenance", lambda: check_provenance(grid, allow_dirty))
+
+
+def _donor(dirs, config, metric: str, allow_dirty: bool, documents: str) -> list | None:
+    """:func:`find_identical_run` as JSON (``[path, record]``), for :func:`edge_jax.distributed.on_lead`."""
+    found = find_identical_run(dirs, _config_dict(config), metric, clean_only=not allow_dirty, documents=documents)
+    return None if found is None else [str(found[0]), found[1]]
 
 
 def sibling_outputs(out: Path) -> list[Path]:

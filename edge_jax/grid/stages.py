@@ -12,7 +12,8 @@ the same run finds it there. The hash also covers the key of the documents the s
 on other documents than it started with. ``--set`` overrides of the grid command do not reach stages.
 A stage is done when its ``final_metrics.json`` exists; an unfinished one resumes from its checkpoints. An
 exclusive lock per stage workdir keeps parallel grid processes (``--cell K`` in several shells) from
-training it twice. A finished stage written before a config key was renamed (its directory hash
+training it twice; in a job of several processes process 0 takes it and decides, and all of them
+train the stage together (edge_jax.distributed). A finished stage written before a config key was renamed (its directory hash
 differs) is found by its upgraded ``config.json`` and reused when its ``data_key.txt`` names the same
 documents.
 """
@@ -26,6 +27,7 @@ import re
 from pathlib import Path
 from typing import Any, Callable
 
+from edge_jax import distributed
 from edge_jax.utils.atomic import write_text_atomic
 
 _REF = re.compile(r"\{stage:([A-Za-z0-9_]+)\}")
@@ -123,15 +125,20 @@ def ensure(name: str, stages: dict, seed: int, root: Path, train_fn: Callable, l
     wd = stage_dir(root, name, config) / f"seed{s}"
     with contextlib.suppress(ValueError):  # a path relative to the working directory when below it
         wd = wd.relative_to(Path.cwd())
-    if (wd / "final_metrics.json").exists():
+    done = (wd / "final_metrics.json").exists
+    if distributed.on_lead(f"stage {wd}", done):
         return wd
-    older = _older_stage(root, name, s, config)
+    def older_stage() -> str | None:
+        found = _older_stage(root, name, s, config)
+        return None if found is None else str(found)
+
+    older = distributed.on_lead(f"older stage {wd}", older_stage)
     if older is not None:
         log(f"stage {name} seed {s}: reusing {older} (its config predates a key rename)")
-        return older
+        return Path(older)
     wd.mkdir(parents=True, exist_ok=True)
     with _locked(wd.parent / f"seed{s}.lock"):
-        if not (wd / "final_metrics.json").exists():
+        if not distributed.on_lead(f"stage {wd} locked", done):
             log(f"stage {name} seed {s}: training in {wd}")
             write_text_atomic(wd / DATA_KEY_FILE, data_key(config) + "\n")
             train_fn(config, str(wd))
@@ -140,6 +147,10 @@ def ensure(name: str, stages: dict, seed: int, root: Path, train_fn: Callable, l
 
 @contextlib.contextmanager
 def _locked(path: Path):
+    """An exclusive lock on ``path``, held by process 0 of a job (the others follow its decisions)."""
+    if not distributed.is_lead():
+        yield
+        return
     with open(path, "w") as f:
         fcntl.flock(f, fcntl.LOCK_EX)
         try:

@@ -20,7 +20,8 @@ from edge_jax.data import make_eval_batches, make_train_iter
 from edge_jax.errors import UserError
 from edge_jax.models.inputs import with_host_inputs
 from edge_jax.registry import RUNNERS, SECTIONS
-from edge_jax.sharding import batch_sharding, maybe_initialize_distributed, on_mesh, process_rows, to_global
+from edge_jax import distributed
+from edge_jax.sharding import batch_sharding, on_mesh, process_block, process_rows, to_global
 from edge_jax.train.checkpoint import Checkpointer
 from edge_jax.train.hooks import EvalContext, RunContext, prepare, run_evaluators
 from edge_jax.train.init_from import merge_params, restore_params
@@ -40,7 +41,7 @@ def evaluate(eval_step, params, batches, sharding) -> dict:
     """Token-weighted validation loss over global eval batches."""
     loss_sum, tokens = 0.0, 0.0
     for batch in batches:
-        out = eval_step(params, to_global(process_rows(batch), sharding))
+        out = eval_step(params, to_global(process_rows(batch, sharding), sharding))
         loss_sum += float(out["loss_sum"])
         tokens += float(out["tokens"])
     loss = loss_sum / max(tokens, 1.0)
@@ -78,17 +79,15 @@ def save_config(config, workdir: str) -> None:
 
 def train_and_evaluate(config, workdir: str, devices=None) -> dict:
     """Train (resuming from ``workdir`` if it holds a checkpoint), evaluate, return final metrics."""
-    maybe_initialize_distributed()
+    distributed.start()
     os.makedirs(workdir, exist_ok=True)
     run = build(config, devices)
     cfg, t = run.config, run.config.train
-    lead = jax.process_index() == 0
-    if lead:
-        save_config(cfg, workdir)
-        check_tokenizer(workdir, run.tokenizer, cfg, write=True)
+    lead = distributed.is_lead()
+    distributed.on_lead("workdir", lambda: _claim(cfg, workdir, run.tokenizer))
     abstract, shardings = abstract_train_state(run.model, run.tx, run.mesh)
     data_sharding = batch_sharding(run.mesh)
-    train_iter = make_train_iter(cfg.data, run.tokenizer, cfg.seed, jax.process_index(), jax.process_count())
+    train_iter = make_train_iter(cfg.data, run.tokenizer, cfg.seed, *process_block(data_sharding, cfg.data.batch_size))
     ckpt = Checkpointer(os.path.join(workdir, "checkpoints"), t.keep_ckpts, t.ckpt_every)
     resumed = ckpt.restore_newest(lambda step: _resume(ckpt, step, abstract, workdir, t.steps), move=lead,
                                   warn=lambda line: print(line, file=sys.stderr, flush=True))
@@ -117,6 +116,7 @@ def train_and_evaluate(config, workdir: str, devices=None) -> dict:
     writer = MetricsWriter(workdir, t.steps, start, enabled=lead)
     tokens_per_step = cfg.data.batch_size * cfg.data.seq_len
     timed_steps, timed_s, last, final, result = 0, 0.0, {}, None, {}
+    distributed.barrier("train")  # every process ready: the first step's collectives meet within seconds
     try:
         for step in range(start + 1, t.steps + 1):
             t0 = time.perf_counter()
@@ -162,6 +162,12 @@ def train_and_evaluate(config, workdir: str, devices=None) -> dict:
 
 
 RUNNERS.register("lm", train_and_evaluate)
+
+
+def _claim(config, workdir: str, tokenizer) -> None:
+    """Refuse a workdir that holds another run; record the config and the tokenizer of this one."""
+    save_config(config, workdir)
+    check_tokenizer(workdir, tokenizer, config, write=True)
 
 
 def _resume(ckpt, step: int, abstract, workdir: str, steps: int):

@@ -8,15 +8,22 @@ the temporary file is removed and the target is left untouched.
     write_text_atomic("results/x/table.md", text)
     write_json_atomic("results/x/records/a__seed0.json", record)
     save_figure_atomic(fig, "results/x/curves.png")
+
+In a job of several processes only process 0 writes (:func:`edge_jax.distributed.is_lead`): the
+others fill a buffer that is dropped, so a shared directory (NFS, a bucket mount) gets each file
+once. Inside :func:`edge_jax.distributed.solo` a process writes its own (a host-local copy).
 """
 from __future__ import annotations
 
 import contextlib
+import io
 import json
 import os
 import tempfile
 from pathlib import Path
 from typing import IO, Any, Iterator
+
+from edge_jax.distributed import is_lead
 
 __all__ = [
     "atomic_open",
@@ -52,10 +59,14 @@ def atomic_open(path: str | os.PathLike, mode: str = "w",
                 encoding: str | None = "utf-8") -> Iterator[IO]:
     """Open a temporary file that replaces `path` only if the block finishes.
 
-    `mode` is "w" (text) or "wb" (bytes). Parent directories are created.
+    `mode` is "w" (text) or "wb" (bytes). Parent directories are created. On a process other than
+    the job's first the block writes into a buffer that is dropped.
     """
     if mode not in ("w", "wb"):
         raise ValueError(f"atomic_open mode must be 'w' or 'wb', not {mode!r}")
+    if not is_lead():  # another process of the job writes it
+        yield io.StringIO() if mode == "w" else io.BytesIO()
+        return
     target = Path(path)
     target.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp_name = tempfile.mkstemp(

@@ -44,12 +44,13 @@ def command_line(argv: list[str] | None = None) -> str:
 
 
 def device_info() -> dict:
-    """Platform, kind and count of the JAX devices, and the process count."""
+    """Platform, kind and count of the JAX devices, and the process count with the devices of each."""
     try:
         import jax
         devices = jax.devices()
         return {"platform": devices[0].platform, "device_kind": devices[0].device_kind,
-                "device_count": len(devices), "process_count": jax.process_count()}
+                "device_count": len(devices), "process_count": jax.process_count(),
+                "local_device_count": jax.local_device_count()}
     except Exception as e:  # noqa: BLE001 - a record without device info beats none
         lines = str(e).strip().splitlines()
         return {"error": f"{type(e).__name__}: {lines[0] if lines else '(no message)'}"}

@@ -103,21 +103,22 @@ def test_epochs_cover_every_window_and_reshuffle(tmp_path):
     assert not (first == second).all()
 
 
-def test_process_shards_are_disjoint(tmp_path):
+def test_row_blocks_make_the_same_global_batches_for_any_process_count(tmp_path):
     cfg = _cfg(tmp_path, name=_numbered_text(tmp_path, 600), seq_len=16, batch_size=8)
     tok = get_tokenizer("byte", cfg.name, str(tmp_path))
-    tokens = split_tokens(resolve_cfg(cfg), "train", tok, str(tmp_path))
-    shards = [Windows(tokens, 16, p, 2) for p in range(2)]
-    assert len(shards[0]) == len(shards[1]) == Windows(tokens, 16).total // 2
-    rows = []
-    for p in range(2):
-        it = make_train_iter(cfg, tok, seed=5, process_index=p, process_count=2)
-        batches = _take(it, len(shards[p]) // 4)
-        assert batches[0]["inputs"].shape == (4, 16)
-        rows.append({tuple(r) for b in batches for r in b["inputs"]})
-    assert rows[0] and rows[1] and not rows[0] & rows[1]
+    steps = 2 * len(Windows(split_tokens(resolve_cfg(cfg), "train", tok, str(tmp_path)), 16)) // 8 + 3  # past an epoch
+    whole = _take(make_train_iter(cfg, tok, seed=5), steps)
+    for blocks in (2, 4):
+        parts = [_take(make_train_iter(cfg, tok, seed=5, block=j, blocks=blocks), steps) for j in range(blocks)]
+        assert parts[0][0]["inputs"].shape == (8 // blocks, 16)
+        for k in range(steps):  # global batch k: the blocks' rows in block order, the same rows as one process's
+            for key in ("inputs", "targets"):
+                np.testing.assert_array_equal(np.concatenate([p[k][key] for p in parts]), whole[k][key])
+    it = make_train_iter(cfg, tok, seed=5, block=1, blocks=2)
+    _take(it, 3)
+    assert it.get_state()["next_index"] == 3  # global batches read, the same count in every process
     with pytest.raises(DataError, match="divisible"):
-        make_train_iter(_cfg(tmp_path, batch_size=6), tok, 0, process_index=0, process_count=4)
+        make_train_iter(_cfg(tmp_path, batch_size=6), tok, 0, block=0, blocks=4)
 
 
 def test_too_long_seq_len_is_one_line_with_fix(tmp_path):

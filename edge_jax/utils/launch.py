@@ -1,0 +1,136 @@
+"""``edge-jax launch``: one multi-process job on this machine.
+
+    edge-jax launch --processes 2 --devices-per-process 2 -- edge-jax train --config ... --workdir ...
+
+starts N copies of the command with ``JAX_COORDINATOR_ADDRESS`` (a free local port),
+``JAX_NUM_PROCESSES`` and ``JAX_PROCESS_ID`` set (:mod:`edge_jax.distributed` reads them), each with
+K devices: K simulated CPU devices (``XLA_FLAGS=--xla_force_host_platform_device_count=K``), or on a
+machine with NVIDIA GPUs the GPUs ``i*K .. i*K+K-1`` (``JAX_LOCAL_DEVICE_IDS``). Every output line is
+prefixed with its process id. When a process fails, the others are stopped (SIGTERM, then SIGKILL
+after a grace period) and the launcher exits with the failed process's status; when all succeed it
+exits 0. ``edge-jax`` as the command runs this interpreter's edge_jax (``python -m edge_jax.cli``).
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+
+from edge_jax.distributed import COORDINATOR, NUM_PROCESSES, PROCESS_ID
+from edge_jax.errors import ConfigError
+
+GRACE_S = 5.0       # between SIGTERM and SIGKILL of the processes left when one failed
+POLL_S = 0.1
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--processes", type=int, required=True, metavar="N", help="processes to start")
+    parser.add_argument("--devices-per-process", type=int, default=1, metavar="K",
+                        help="devices of each process: simulated CPU devices, or GPUs where there are (default 1)")
+    parser.add_argument("argv", nargs=argparse.REMAINDER, metavar="-- COMMAND", help="the command every process runs")
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _has_gpus() -> bool:
+    from jax._src import hardware_utils
+    return hardware_utils.has_visible_nvidia_gpu()
+
+
+def process_env(i: int, n: int, k: int, port: int, base: dict | None = None, gpus: bool = False) -> dict:
+    """The environment of process ``i`` of ``n`` with ``k`` devices each."""
+    env = dict(os.environ if base is None else base)
+    env.update({COORDINATOR: f"127.0.0.1:{port}", NUM_PROCESSES: str(n), PROCESS_ID: str(i),
+                "PYTHONUNBUFFERED": "1"})
+    if gpus:
+        env["JAX_LOCAL_DEVICE_IDS"] = ",".join(str(d) for d in range(i * k, (i + 1) * k))
+    else:
+        flags = [f for f in env.get("XLA_FLAGS", "").split() if "xla_force_host_platform_device_count" not in f]
+        env["XLA_FLAGS"] = " ".join(flags + [f"--xla_force_host_platform_device_count={k}"])
+    return env
+
+
+def command_argv(command: list[str]) -> list[str]:
+    """The argv to start: ``--`` dropped, ``edge-jax`` run with this interpreter."""
+    command = command[1:] if command[:1] == ["--"] else list(command)
+    if not command:
+        raise ConfigError("edge-jax launch needs a command after --, e.g. edge-jax launch --processes 2 -- "
+                          "edge-jax train --config configs/lm.py:size=tiny --workdir /tmp/run")
+    if command[0] == "edge-jax":
+        return [sys.executable, "-m", "edge_jax.cli", *command[1:]]
+    return command
+
+
+def _pump(i: int, stream, out, lock: threading.Lock) -> None:
+    for line in iter(stream.readline, b""):
+        with lock:
+            out.write(f"[{i}] {line.decode(errors='replace')}")
+            out.flush()
+    stream.close()
+
+
+def launch(n: int, k: int, command: list[str], out=None) -> int:
+    """Run ``command`` as ``n`` processes of one job (module docstring); the job's exit status."""
+    if n < 1 or k < 1:
+        raise ConfigError(f"--processes {n} and --devices-per-process {k} must be at least 1")
+    out = out or sys.stdout
+    argv, port, gpus = command_argv(command), free_port(), _has_gpus()
+    lock = threading.Lock()
+    procs, pumps = [], []
+    for i in range(n):
+        p = subprocess.Popen(argv, env=process_env(i, n, k, port, gpus=gpus), stdout=subprocess.PIPE,
+                             stderr=subprocess.STDOUT, start_new_session=True)
+        procs.append(p)
+        pumps.append(threading.Thread(target=_pump, args=(i, p.stdout, out, lock), daemon=True))
+        pumps[-1].start()
+    status = 0
+    try:
+        while True:
+            codes = [p.poll() for p in procs]
+            failed = [(i, c) for i, c in enumerate(codes) if c not in (None, 0)]
+            if failed:
+                status = _stop_after(failed[0], procs, out, lock)
+                break
+            if all(c == 0 for c in codes):
+                break
+            time.sleep(POLL_S)
+    except KeyboardInterrupt:
+        _stop(procs)
+        status = 130
+    for t in pumps:
+        t.join(timeout=GRACE_S)
+    return status
+
+
+def _stop_after(failed: tuple[int, int], procs, out, lock) -> int:
+    i, code = failed
+    running = [j for j, p in enumerate(procs) if p.poll() is None]
+    _stop(procs)
+    with lock:
+        stopped = f"; stopped process{'es' if len(running) > 1 else ''} {', '.join(map(str, running))}" if running else ""
+        out.write(f"edge-jax launch: process {i} exited with status {code}{stopped}\n")
+        out.flush()
+    return code if code > 0 else 128 - code   # killed by signal s: 128 + s, as a shell reports it
+
+
+def _stop(procs) -> None:
+    """SIGTERM every running process group, SIGKILL what is left after the grace period."""
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        live = [p for p in procs if p.poll() is None]
+        for p in live:
+            try:
+                os.killpg(p.pid, sig)
+            except ProcessLookupError:
+                pass
+        deadline = time.monotonic() + GRACE_S
+        while any(p.poll() is None for p in live) and time.monotonic() < deadline:
+            time.sleep(POLL_S)

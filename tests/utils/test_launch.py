@@ -1,0 +1,39 @@
+"""edge-jax launch: environments, the command line, and a failing process ending the job (no JAX)."""
+import sys
+import time
+
+from edge_jax.cli import main
+from edge_jax.utils import launch
+
+
+def test_each_process_gets_the_job_settings_and_its_devices():
+    env = launch.process_env(1, 2, 3, 4567, base={"XLA_FLAGS": "--xla_foo=1 --xla_force_host_platform_device_count=8"})
+    assert (env["JAX_COORDINATOR_ADDRESS"], env["JAX_NUM_PROCESSES"], env["JAX_PROCESS_ID"]) == ("127.0.0.1:4567", "2", "1")
+    assert env["XLA_FLAGS"] == "--xla_foo=1 --xla_force_host_platform_device_count=3"
+    gpu = launch.process_env(1, 2, 3, 4567, base={}, gpus=True)
+    assert gpu["JAX_LOCAL_DEVICE_IDS"] == "3,4,5" and "XLA_FLAGS" not in gpu
+
+
+def test_edge_jax_runs_with_this_interpreter():
+    assert launch.command_argv(["--", "edge-jax", "train"]) == [sys.executable, "-m", "edge_jax.cli", "train"]
+    assert launch.command_argv(["python", "x.py"]) == ["python", "x.py"]
+
+
+def test_a_failing_process_stops_the_others_within_seconds(capsys):
+    code = ("import os, sys, time\n"
+            "i = int(os.environ['JAX_PROCESS_ID'])\n"
+            "print('hello from', i, os.environ['JAX_NUM_PROCESSES'], flush=True)\n"
+            "time.sleep(0.5) if i == 1 else time.sleep(600)\n"
+            "sys.exit(3)")
+    t0 = time.monotonic()
+    assert main(["launch", "--processes", "3", "--", sys.executable, "-c", code]) == 3
+    assert time.monotonic() - t0 < 20
+    out = capsys.readouterr().out
+    assert "[1] hello from 1 3" in out and "[0] hello from 0 3" in out
+    assert "edge-jax launch: process 1 exited with status 3; stopped processes 0, 2" in out
+
+
+def test_all_succeed_is_status_0_and_a_missing_command_is_one_line(capsys):
+    assert main(["launch", "--processes", "2", "--", sys.executable, "-c", "print('ok')"]) == 0
+    assert main(["launch", "--processes", "2"]) == 2
+    assert "needs a command after --" in capsys.readouterr().err
