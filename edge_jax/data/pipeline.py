@@ -22,9 +22,9 @@ import os
 import numpy as np
 
 from edge_jax.data.errors import DataError
-from edge_jax.distributed import prepared
 from edge_jax.data.sources import Source, data_dir_default, resolve_cfg
 from edge_jax.data.tokenizers import tokenizer_dtype
+from edge_jax.distributed import prepared
 from edge_jax.utils.atomic import write_bytes_atomic
 
 _READ_THREADS = 2

@@ -28,8 +28,8 @@ from typing import Iterable
 import numpy as np
 
 from edge_jax.data.errors import DataError
-from edge_jax.distributed import prepared
 from edge_jax.data.sources import data_dir_default, resolve, resolve_cfg
+from edge_jax.distributed import prepared
 from edge_jax.utils.atomic import write_bytes_atomic
 
 # Training input cap: a deterministic subsample of at most this many characters. BPE training

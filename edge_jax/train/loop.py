@@ -15,12 +15,12 @@ import time
 
 import jax
 
+from edge_jax import distributed
 from edge_jax.config import flat_json, schema_defaults, upgrade_config
 from edge_jax.data import make_eval_batches, make_train_iter
 from edge_jax.errors import UserError
 from edge_jax.models.inputs import with_host_inputs
 from edge_jax.registry import RUNNERS, SECTIONS
-from edge_jax import distributed
 from edge_jax.sharding import batch_sharding, on_mesh, process_block, process_rows, to_global
 from edge_jax.train.checkpoint import Checkpointer
 from edge_jax.train.hooks import EvalContext, RunContext, prepare, run_evaluators
