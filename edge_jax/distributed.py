@@ -111,18 +111,18 @@ def decide(coordinator: str | None = None, num_processes: int | None = None, pro
         raise ConfigError(f"{FLAGS[PROCESS_ID]} / {PROCESS_ID}={i} is outside 0..{n - 1} for {n} processes")
     if n == 1:
         return Startup("single")
+    cluster = detect_cluster(env)
     if any(v is not None for v in given.values()):
         missing = [f"{FLAGS[k]} ({k})" for k, v in given.items() if v is None]
         if not missing:
             return Startup("explicit", given[COORDINATOR], n, i)
-        if detect_cluster(env) is None:
+        if cluster is None:  # nothing to fill the rest in
             have = ", ".join(f"{k}={v}" for k, v in given.items() if v is not None)
+            verb, it = ("is", "it") if len(missing) == 1 else ("are", "them")
             raise ConfigError(f"a multi-process start needs the coordinator address, the number of processes and "
-                              f"this process's id; {have} is set but {' and '.join(missing)} "
-                              f"{'is' if len(missing) == 1 else 'are'} missing: set {'it' if len(missing) == 1 else 'them'}, "
-                              "or run the command under `edge-jax launch --processes N -- ...`")
-        return Startup("cluster", given[COORDINATOR], n, i, cluster=detect_cluster(env)[0])
-    cluster = detect_cluster(env)
+                              f"this process's id; {have} is set but {' and '.join(missing)} {verb} missing: set "
+                              f"{it}, or run the command under `edge-jax launch --processes N -- ...`")
+        return Startup("cluster", given[COORDINATOR], n, i, cluster=cluster[0])
     if cluster is not None and cluster[1] != 1:
         return Startup("cluster", cluster=cluster[0])
     if switch == "1":

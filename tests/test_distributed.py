@@ -1,5 +1,7 @@
 """edge_jax.distributed in one process: how a job starts, and the agreement helpers as plain calls.
 The multi-process behaviour is tested through the launcher in tests/multihost/."""
+import re
+
 import jax
 import pytest
 
@@ -30,7 +32,7 @@ def test_explicit_settings_from_flags_or_environment():
     ({"JAX_NUM_PROCESSES": "2", "JAX_PROCESS_ID": "1"}, "--coordinator-address (JAX_COORDINATOR_ADDRESS) is missing"),
 ])
 def test_incomplete_settings_name_what_is_missing_in_one_line(env, missing):
-    with pytest.raises(ConfigError, match=r"^a multi-process start .*" + missing.replace("(", r"\(").replace(")", r"\)")) as e:
+    with pytest.raises(ConfigError, match=r"^a multi-process start .*" + re.escape(missing)) as e:
         distributed.decide(env=env)
     assert "\n" not in str(e.value) and "edge-jax launch" in str(e.value)
 

@@ -12,10 +12,10 @@ the same run finds it there. The hash also covers the key of the documents the s
 on other documents than it started with. ``--set`` overrides of the grid command do not reach stages.
 A stage is done when its ``final_metrics.json`` exists; an unfinished one resumes from its checkpoints. An
 exclusive lock per stage workdir keeps parallel grid processes (``--cell K`` in several shells) from
-training it twice; in a job of several processes process 0 takes it and decides, and all of them
-train the stage together (edge_jax.distributed). A finished stage written before a config key was renamed (its directory hash
-differs) is found by its upgraded ``config.json`` and reused when its ``data_key.txt`` names the same
-documents.
+training it twice; in a job of several processes process 0 takes the lock and decides, and all of
+them train the stage together (edge_jax.distributed). A finished stage written before a config key
+was renamed (its directory hash differs) is found by its upgraded ``config.json`` and reused when its
+``data_key.txt`` names the same documents.
 """
 from __future__ import annotations
 

@@ -116,7 +116,8 @@ def _stop_after(failed: tuple[int, int], procs, out, lock) -> int:
     running = [j for j, p in enumerate(procs) if p.poll() is None]
     _stop(procs)
     with lock:
-        stopped = f"; stopped process{'es' if len(running) > 1 else ''} {', '.join(map(str, running))}" if running else ""
+        names = f"process{'es' if len(running) > 1 else ''} {', '.join(map(str, running))}"
+        stopped = f"; stopped {names}" if running else ""
         out.write(f"edge-jax launch: process {i} exited with status {code}{stopped}\n")
         out.flush()
     return code if code > 0 else 128 - code   # killed by signal s: 128 + s, as a shell reports it

@@ -16,7 +16,8 @@ ROOT = Path(__file__).resolve().parents[2]
 AUDITED = str(Path(__file__).with_name("audited.py"))
 RTOL = 1e-5  # float32 all-reduces over gloo against one process's: summation order only
 TRAIN = ["--config", "configs/lm.py:size=tiny", "--config.train.schedule=constant", "--config.train.warmup_steps=2",
-         "--config.train.eval_every=4", "--config.train.ckpt_every=4", "--config.train.eval_batches=2", "--config.train.log_every=1",
+         "--config.train.eval_every=4", "--config.train.ckpt_every=4", "--config.train.eval_batches=2",
+         "--config.train.log_every=1",
          "--config.data.seq_len=64", "--config.data.batch_size=8"]
 GRID = '''
 def get_grid(preset):

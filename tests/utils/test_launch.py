@@ -8,7 +8,8 @@ from edge_jax.utils import launch
 
 def test_each_process_gets_the_job_settings_and_its_devices():
     env = launch.process_env(1, 2, 3, 4567, base={"XLA_FLAGS": "--xla_foo=1 --xla_force_host_platform_device_count=8"})
-    assert (env["JAX_COORDINATOR_ADDRESS"], env["JAX_NUM_PROCESSES"], env["JAX_PROCESS_ID"]) == ("127.0.0.1:4567", "2", "1")
+    job = (env["JAX_COORDINATOR_ADDRESS"], env["JAX_NUM_PROCESSES"], env["JAX_PROCESS_ID"])
+    assert job == ("127.0.0.1:4567", "2", "1")
     assert env["XLA_FLAGS"] == "--xla_foo=1 --xla_force_host_platform_device_count=3"
     gpu = launch.process_env(1, 2, 3, 4567, base={}, gpus=True)
     assert gpu["JAX_LOCAL_DEVICE_IDS"] == "3,4,5" and "XLA_FLAGS" not in gpu

@@ -89,7 +89,8 @@ def logit_lens_workdir(workdir: str, num_tokens: int = 10_000) -> dict:
         if count >= num_tokens:
             break
         batch = with_host_inputs(run.model.cfg, {**batch, "mask": _keep_first(batch["mask"], num_tokens - count)})
-        g = to_global(process_rows({"inputs": batch["inputs"], "mask": batch["mask"], **model_kwargs(batch)}, sharding), sharding)
+        rows = {"inputs": batch["inputs"], "mask": batch["mask"], **model_kwargs(batch)}
+        g = to_global(process_rows(rows, sharding), sharding)
         s, r, c = fn(state.params, g["inputs"], g["mask"], model_kwargs(g))
         sums, reverse, count = sums + np.asarray(s, np.float64), reverse + np.asarray(r, np.float64), count + float(c)
     return {"workdir": workdir, "step": int(step), "tokens": int(count),
