@@ -1,6 +1,10 @@
 """edge_jax.distributed in one process: how a job starts, and the agreement helpers as plain calls.
 The multi-process behaviour is tested through the launcher in tests/multihost/."""
+import os
 import re
+import subprocess
+import sys
+from pathlib import Path
 
 import jax
 import pytest
@@ -10,6 +14,7 @@ from edge_jax.config import ConfigError
 from edge_jax.sharding import batch_sharding, make_mesh, process_block, process_rows
 
 ADDRESS = "10.0.0.1:1234"
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def test_a_laptop_is_a_single_process_and_never_waits():
@@ -83,3 +88,12 @@ def test_process_block_is_the_rows_of_this_processs_devices():
     assert process_block(sharding, 8) == (0, 1)  # one process holds every row
     batch = {"inputs": jax.numpy.arange(16).reshape(8, 2)}
     assert (process_rows(batch, sharding)["inputs"] == batch["inputs"]).all()
+
+
+@pytest.mark.skipif(distributed.tpu_chips() > 0, reason="a TPU is attached: libtpu rightly starts")
+def test_no_libtpu_chatter_on_a_machine_without_a_tpu(tmp_path):
+    env = {k: v for k, v in os.environ.items() if k not in ("JAX_PLATFORMS", "XLA_FLAGS")}
+    out = subprocess.run([sys.executable, "-m", "edge_jax.cli", "params", "--config", "configs/lm.py:size=tiny"],
+                         cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert "params" in out.stdout.lower() and out.stderr.strip() == ""
