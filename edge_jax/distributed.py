@@ -35,7 +35,7 @@ import os
 import sys
 from typing import Callable, TypeVar
 
-from edge_jax.errors import ConfigError, UserError
+from edge_jax.errors import ConfigError, UserError, one_line
 
 T = TypeVar("T")
 
@@ -74,6 +74,12 @@ def tpu_chips() -> int:
     """TPU chips on this machine's PCI bus (what JAX's own Cloud TPU check counts), without starting JAX."""
     from jax._src import hardware_utils
     return hardware_utils.num_available_tpu_chips_and_device_id()[0]
+
+
+def nvidia_gpus() -> bool:
+    """Whether this machine shows NVIDIA GPU devices (JAX's own check), without starting JAX."""
+    from jax._src import hardware_utils
+    return hardware_utils.has_visible_nvidia_gpu()
 
 
 def detect_cluster(env=os.environ) -> tuple[str, int | None] | None:
@@ -145,9 +151,8 @@ def start(coordinator: str | None = None, num_processes: int | None = None, proc
         try:
             jax.distributed.initialize(plan.coordinator, plan.num_processes, plan.process_id)
         except (ValueError, RuntimeError, TypeError) as e:
-            first = (str(e).strip().splitlines() or ["(no message)"])[0]
             raise DistributedError(f"could not start the multi-process job ({plan.cluster or 'explicit settings'}): "
-                                   f"{first}; check the coordinator address and that every process runs the "
+                                   f"{one_line(e)}; check the coordinator address and that every process runs the "
                                    "same command") from None
     _STARTED = plan
     return plan
@@ -169,8 +174,7 @@ def quiet_platforms(env=os.environ) -> None:
     An explicit ``JAX_PLATFORMS`` is left alone."""
     if env.get("JAX_PLATFORMS") is not None:
         return
-    from jax._src import hardware_utils
-    if tpu_chips() or hardware_utils.has_visible_nvidia_gpu() or glob.glob("/dev/kfd"):
+    if tpu_chips() or nvidia_gpus() or glob.glob("/dev/kfd"):
         return
     env["JAX_PLATFORMS"] = "cpu"
     import jax
@@ -234,8 +238,8 @@ def _get(key: str, name: str) -> str:
     try:
         return _client().blocking_key_value_get(key, _wait_ms())
     except Exception as e:  # noqa: BLE001 - the runtime raises its own types
-        first = (str(e).strip().splitlines() or ["(no message)"])[0][:200]
-        raise DistributedError(f"process {process_index()} waited for the others at '{name}' and gave up ({first}); "
+        raise DistributedError(f"process {process_index()} waited for the others at '{name}' and gave up "
+                               f"({one_line(e)[:200]}); "
                                "another process died or runs a different command (see its output)") from None
 
 
@@ -265,7 +269,7 @@ def on_lead(name: str, fn: Callable[[], T]) -> T:
             with solo():
                 value = fn()
         except Exception as e:
-            _client().key_value_set(key, json.dumps({"error": [type(e).__module__, type(e).__qualname__, _line(e)]}))
+            _client().key_value_set(key, json.dumps({"error": [type(e).__module__, type(e).__qualname__, one_line(e)]}))
             raise
         _client().key_value_set(key, json.dumps({"value": value}))
         return value
@@ -273,11 +277,6 @@ def on_lead(name: str, fn: Callable[[], T]) -> T:
     if "error" in outcome:
         raise _rebuilt(*outcome["error"])
     return outcome["value"]
-
-
-def _line(e: BaseException) -> str:
-    text = str(e.args[0]) if isinstance(e, KeyError) and e.args else str(e)
-    return (text.strip().splitlines() or [type(e).__name__])[0]
 
 
 def _rebuilt(module: str, qualname: str, message: str) -> Exception:

@@ -14,6 +14,13 @@ class ConfigError(UserError, ValueError):
     """A bad config: unknown key or value, or an impossible combination."""
 
 
+def one_line(e: BaseException) -> str:
+    """The first line of an exception's message (a KeyError's key unquoted), or "(no message)"."""
+    text = str(e.args[0]) if isinstance(e, KeyError) and e.args else str(e)
+    lines = text.strip().splitlines()
+    return lines[0] if lines else "(no message)"
+
+
 def unknown(kind: str, key: str, valid: Iterable[str]) -> str:
     """``unknown <kind> 'key'; did you mean ...?`` (or the valid names when none is close)."""
     valid = sorted(valid)

@@ -38,6 +38,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterable
 
 from edge_jax import distributed
+from edge_jax.errors import one_line
 from edge_jax.grid.spec import Grid
 from edge_jax.grid.stages import data_key
 from edge_jax.grid.stages import resolve as resolve_stages
@@ -137,7 +138,7 @@ def run_grid(grid: Grid, out: str | Path, units: Iterable[Unit], *,
                               load_config=load_config, reuse_from=donors, allow_dirty=allow_dirty,
                               command=command)
         except Exception as e:  # noqa: BLE001 - one cell failing must not stop the grid
-            msg = _one_line(e)
+            msg = one_line(e)
             log_file = workdir(out, unit) / "error.log"
             try:
                 write_text_atomic(log_file, traceback.format_exc())
@@ -390,9 +391,3 @@ def _short(x) -> str:
 
 def _now() -> str:
     return datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
-
-
-def _one_line(e: BaseException) -> str:
-    text = str(e.args[0]) if isinstance(e, KeyError) and e.args else str(e)
-    lines = text.strip().splitlines()
-    return lines[0] if lines else "(no message)"

@@ -21,7 +21,7 @@ import sys
 import threading
 import time
 
-from edge_jax.distributed import COORDINATOR, NUM_PROCESSES, PROCESS_ID
+from edge_jax.distributed import COORDINATOR, NUM_PROCESSES, PROCESS_ID, nvidia_gpus
 from edge_jax.errors import ConfigError
 
 GRACE_S = 5.0       # between SIGTERM and SIGKILL of the processes left when one failed
@@ -39,11 +39,6 @@ def free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
-
-
-def _has_gpus() -> bool:
-    from jax._src import hardware_utils
-    return hardware_utils.has_visible_nvidia_gpu()
 
 
 def process_env(i: int, n: int, k: int, port: int, base: dict | None = None, gpus: bool = False) -> dict:
@@ -83,7 +78,7 @@ def launch(n: int, k: int, command: list[str], out=None) -> int:
     if n < 1 or k < 1:
         raise ConfigError(f"--processes {n} and --devices-per-process {k} must be at least 1")
     out = out or sys.stdout
-    argv, port, gpus = command_argv(command), free_port(), _has_gpus()
+    argv, port, gpus = command_argv(command), free_port(), nvidia_gpus()
     lock = threading.Lock()
     procs, pumps = [], []
     for i in range(n):

@@ -37,12 +37,17 @@ def data_dir(tmp_path_factory):
     return os.environ.get("EDGE_JAX_TEST_DATA") or str(tmp_path_factory.mktemp("data"))
 
 
+def job_env(data_dir: str, **extra) -> dict:
+    """This environment without the test session's device settings (the launcher sets them), plus ``extra``."""
+    env = {k: v for k, v in os.environ.items() if k not in ("JAX_PLATFORMS", "XLA_FLAGS")}
+    return {**env, "EDGE_JAX_DATA": data_dir, **extra}
+
+
 def launch(processes: int, devices: int, command: list[str], data_dir: str, timeout: int = 600, **env) -> str:
     """Run ``command`` as a job of ``processes`` x ``devices``; its output (the test fails on a non-zero status)."""
-    full = {k: v for k, v in os.environ.items() if k not in ("JAX_PLATFORMS", "XLA_FLAGS")}
-    full.update(EDGE_JAX_DATA=data_dir, **env)
     out = subprocess.run([sys.executable, "-m", "edge_jax.cli", "launch", "--processes", str(processes),
-                          "--devices-per-process", str(devices), "--", *command], cwd=ROOT, env=full,
+                          "--devices-per-process", str(devices), "--", *command], cwd=ROOT,
+                         env=job_env(data_dir, **env),
                          capture_output=True, text=True, timeout=timeout)
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-2000:]
     return out.stdout
@@ -112,11 +117,10 @@ def test_a_killed_process_ends_the_job_with_a_clear_error(tmp_path, data_dir):
               "    while not os.path.exists(os.path.join(workdir, 'metrics.jsonl')): time.sleep(0.2)\n"
               "    time.sleep(2); p.kill()\n"
               "sys.exit(p.wait() and 137)\n")
-    env = {k: v for k, v in os.environ.items() if k not in ("JAX_PLATFORMS", "XLA_FLAGS")}
     t0 = time.monotonic()
     out = subprocess.run([sys.executable, "-m", "edge_jax.cli", "launch", "--processes", "2", "--devices-per-process",
                           "2", "--", sys.executable, "-c", script, str(tmp_path / "run")], cwd=ROOT,
-                         env={**env, "EDGE_JAX_DATA": data_dir}, capture_output=True, text=True, timeout=600)
+                         env=job_env(data_dir), capture_output=True, text=True, timeout=600)
     assert out.returncode == 137, out.stdout[-2000:]
     assert "edge-jax launch: process 1 exited with status 137; stopped process 0" in out.stdout
     killed_at = (tmp_path / "run" / "metrics.jsonl").stat().st_mtime
