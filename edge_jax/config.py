@@ -32,7 +32,12 @@ MESH_AXES = ("data", "fsdp", "tensor")
 
 @dataclasses.dataclass(frozen=True)
 class DataKeys:
-    """``data.*``: the dataset (edge_jax.data), its tokenizer and batch shape."""
+    """``data.*``: the dataset (edge_jax.data), its tokenizer and batch shape. ``stream``: ``auto``
+    streams file corpora (parquet/jsonl/text) that have no prepared token shards and reads everything
+    else from prepared shards (built on first use); ``on`` / ``off`` force one way. ``workers``: grain
+    worker processes that read and tokenise a stream; ``shuffle_windows``: the windows a stream row
+    shuffles at a time; ``tokens_dir``: where prepared token shards live (default <data_dir>/tokens;
+    may be gs://...)."""
     name: str = "pystdlib"
     tokenizer: str = "byte"
     seq_len: int = 128
@@ -42,6 +47,10 @@ class DataKeys:
     facts_entities: int = 2000
     longctx_length: int = 4096
     longctx_examples: int = 200
+    stream: str = "auto"
+    workers: int = 0
+    shuffle_windows: int = 64
+    tokens_dir: str = ""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -267,6 +276,10 @@ def validate(c: ml_collections.ConfigDict) -> None:
             raise ConfigError(f"{key} must be positive, got {val}")
     if t.steps == 0 and not c.init_from:
         raise ConfigError("train.steps=0 only evaluates another run: set init_from=<workdir> or train.steps > 0")
+    if d.stream not in ("auto", "on", "off"):
+        raise ConfigError(unknown("data.stream value", d.stream, ("auto", "on", "off")))
+    if d.workers < 0 or d.shuffle_windows < 1:
+        raise ConfigError(f"data.workers={d.workers} must be >= 0 and data.shuffle_windows={d.shuffle_windows} >= 1")
     if d.batch_size % t.grad_accum:
         raise ConfigError(f"data.batch_size={d.batch_size} is not divisible by train.grad_accum={t.grad_accum}")
     if t.loss_chunk < 0 or (t.loss_chunk and d.seq_len % t.loss_chunk):

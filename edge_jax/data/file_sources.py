@@ -1,31 +1,38 @@
-"""``parquet:<glob>`` and ``jsonl:<glob>``: pretraining text in the formats corpora are published in
-(FineWeb-Edu, for one, is parquet), local or remote.
+"""``parquet:<glob>``, ``jsonl:<glob>`` and ``text:<glob>``: pretraining text in the formats corpora are
+published in (FineWeb-Edu, for one, is parquet), local or remote, read piece by piece.
 
 Paths go through ``etils.epath``, so ``gs://bucket/fineweb/data/*/*.parquet`` works as well as a local
 glob (``~`` expanded; ``**`` recursive locally; remote globs take ``*`` per level, since epath refuses
-``**`` there). Files are streamed: parquet a record batch of one column at a
-time (``ParquetFile.iter_batches``), JSONL (optionally ``.gz``) a line at a time, so no shard is
-ever held in memory whole. The text field is ``data.text_key``; records with empty text are skipped.
+``**`` there). Nothing is held whole: parquet is read a record batch of one column at a time
+(``ParquetFile.iter_batches``), JSONL (optionally ``.gz``) a line at a time, a text file is one
+document.
 
-Splits: like ``text:``, ~2% of the files (by a hash of their relative path) are validation when
-that leaves both splits non-empty; otherwise ~2% of the records of every file (by a hash of the file
-and record index) are. ``Source.key`` hashes every file's relative path, size and modification
-time, and the text field, so token caches follow the files.
+A split is a list of :class:`~edge_jax.data.pieces.Piece`: a whole file, or, when a reader asks for
+more pieces than there are files, a run of parquet row groups or a byte range of a plain JSONL file
+(a line belongs to the range its first byte lies in). A position inside a piece is a row of the file
+(parquet), a byte offset (JSONL; decompressed bytes for ``.gz``) or 0 (text), so a reader can start
+again from any document it has reached.
+
+Splits: ~2% of the files (by a hash of their relative path) are validation when that leaves both splits
+non-empty; otherwise ~2% of the records of every file are (by a hash of the file and the record's
+row or byte offset), and for text files the last ~2% of every file. ``file_source``'s key hashes every
+file's relative path, size and modification time, and the text field, so token caches follow the files.
 """
 from __future__ import annotations
 
+import dataclasses
 import gzip
 import hashlib
-import io
 import json
 import os
 from typing import Iterator
 
 from edge_jax.data.errors import DataError
+from edge_jax.data.pieces import Piece, split_counts
 
-FORMATS = ("parquet", "jsonl")
+FORMATS = ("parquet", "jsonl", "text")
 PARQUET_BATCH = 1024
-VALIDATION_PER_MILLE = 20  # the share of files (or records) that are validation (text: too)
+VALIDATION_PER_MILLE = 20  # the share of files (or records) that are validation
 
 
 def _epath(path: str):
@@ -50,7 +57,8 @@ def _glob(pattern: str) -> list:
     return sorted(p for p in base.glob("/".join(parts[fixed:])) if p.is_file())
 
 
-def _hashed_in(text: str) -> bool:
+def hashed_in(text: str) -> bool:
+    """Whether ``text`` (a file's relative path, or a file and record) falls in the validation share."""
     return int(hashlib.sha1(text.encode()).hexdigest()[:8], 16) % 1000 < VALIDATION_PER_MILLE
 
 
@@ -63,70 +71,164 @@ def _text(value, where: str, key: str) -> str:
     return value
 
 
-def _parquet_texts(path, rel: str, key: str) -> Iterator[str]:
-    import pyarrow.parquet as pq
-    with path.open("rb") as f:
-        pf = pq.ParquetFile(f)
-        names = pf.schema_arrow.names
-        if key not in names:
-            raise DataError(f"{rel} has no field '{key}' (it has {', '.join(names)}); set data.text_key")
-        row = 0
-        for batch in pf.iter_batches(batch_size=PARQUET_BATCH, columns=[key]):
-            for value in batch.column(0).to_pylist():
-                yield _text(value, f"{rel} row {row}", key)
-                row += 1
+def jsonl_record(line: bytes | str, where: str) -> dict:
+    """One JSON-lines line as an object; a one-line DataError naming ``where`` when it is not one."""
+    try:
+        record = json.loads(line)
+    except json.JSONDecodeError as e:
+        raise DataError(f"{where} is not JSON ({e.msg}); each line must be one JSON object") from None
+    if not isinstance(record, dict):
+        raise DataError(f"{where} is a JSON {type(record).__name__}, not an object; each line "
+                        "must be one JSON object")
+    return record
 
 
 def jsonl_records(lines, where: str) -> Iterator[tuple[int, dict]]:
-    """``(line number, object)`` for every non-blank line of a JSON-lines text stream; a one-line
-    DataError naming ``where`` and the line for one that is not a JSON object."""
+    """``(line number, object)`` for every non-blank line of a JSON-lines text stream."""
     for i, line in enumerate(lines, 1):
-        if not line.strip():
-            continue
-        try:
-            record = json.loads(line)
-        except json.JSONDecodeError as e:
-            raise DataError(f"{where} line {i} is not JSON ({e.msg}); each line must be one JSON object") from None
-        if not isinstance(record, dict):
-            raise DataError(f"{where} line {i} is a JSON {type(record).__name__}, not an object; each line "
-                            "must be one JSON object")
-        yield i, record
+        if line.strip():
+            yield i, jsonl_record(line, f"{where} line {i}")
 
 
-def _jsonl_texts(path, rel: str, key: str) -> Iterator[str]:
-    with path.open("rb") as raw:
-        stream = gzip.GzipFile(fileobj=raw) if str(path).endswith(".gz") else raw
-        for i, record in jsonl_records(io.TextIOWrapper(stream, encoding="utf-8", errors="replace"), rel):
-            if key not in record:
-                raise DataError(f"{rel} line {i} has no field '{key}' (it has {', '.join(sorted(record))}); "
-                                "set data.text_key")
-            yield _text(record[key], f"{rel} line {i}", key)
+@dataclasses.dataclass(frozen=True)
+class FileReader:
+    """Reads the documents of one split of a list of files (picklable: it holds names, not handles)."""
+
+    kind: str                  # parquet | jsonl | text
+    paths: tuple[str, ...]
+    rels: tuple[str, ...]      # paths relative to the glob's root: split and hash keys
+    sizes: tuple[int, ...]
+    text_key: str
+    split: str                 # train | validation
+    by_file: bool              # the split is a set of files (else records / a file's tail)
+
+    def files(self) -> list[int]:
+        want_val = self.split == "validation"
+        return [i for i, rel in enumerate(self.rels) if not self.by_file or hashed_in(rel) == want_val]
+
+    def pieces(self, want: int) -> list[Piece]:
+        """The split's files in order, each cut into pieces in proportion to its size when there are
+        fewer than ``want`` files (parquet by row groups, plain JSONL by bytes; others whole)."""
+        files = self.files()
+        counts = split_counts([self.sizes[i] for i in files], want)
+        out = []
+        for i, n in zip(files, counts):
+            out += [Piece(self, i, a, b) for a, b in self._cuts(i, n)]
+        return out
+
+    def _cuts(self, i: int, n: int) -> list[tuple[int, int]]:
+        if n <= 1 or self.kind == "text" or self.paths[i].endswith(".gz"):
+            return [(0, -1)]
+        if self.kind == "jsonl":
+            size = self.sizes[i]
+            edges = [size * j // n for j in range(n + 1)]
+            return [(a, b) for a, b in zip(edges, edges[1:]) if b > a]
+        rows = self._row_groups(i)
+        edges = [0] + [sum(rows[:len(rows) * j // n]) for j in range(1, n)] + [sum(rows)]
+        return [(a, b) for a, b in zip(edges, edges[1:]) if b > a]
+
+    def _row_groups(self, i: int) -> list[int]:
+        import pyarrow.parquet as pq
+        with _epath(self.paths[i]).open("rb") as f:
+            meta = pq.ParquetFile(f).metadata
+            return [meta.row_group(g).num_rows for g in range(meta.num_row_groups)]
+
+    def read(self, piece: Piece, position: int) -> Iterator[tuple[str, int]]:
+        read = {"parquet": self._parquet, "jsonl": self._jsonl, "text": self._textfile}[self.kind]
+        return read(piece, position)
+
+    def _keep(self, rel: str, at: int) -> bool:
+        return self.by_file or hashed_in(f"{rel}:{at}") == (self.split == "validation")
+
+    def _parquet(self, piece: Piece, row: int) -> Iterator[tuple[str, int]]:
+        import pyarrow.parquet as pq
+        rel, key = self.rels[piece.unit], self.text_key
+        with _epath(self.paths[piece.unit]).open("rb") as f:
+            pf = pq.ParquetFile(f)
+            names = pf.schema_arrow.names
+            if key not in names:
+                raise DataError(f"{rel} has no field '{key}' (it has {', '.join(names)}); set data.text_key")
+            stop = pf.metadata.num_rows if piece.stop < 0 else piece.stop
+            groups, first, at = [], 0, 0
+            for g in range(pf.metadata.num_row_groups):
+                n = pf.metadata.row_group(g).num_rows
+                if at + n > row and at < stop:
+                    groups.append(g)
+                    first = first if len(groups) > 1 else at
+                at += n
+            if not groups:
+                return
+            at = first
+            for batch in pf.iter_batches(batch_size=PARQUET_BATCH, columns=[key], row_groups=groups):
+                for value in batch.column(0).to_pylist():
+                    if row <= at < stop:
+                        text = _text(value, f"{rel} row {at}", key)
+                        if text and self._keep(rel, at):
+                            yield text, at + 1
+                    at += 1
+                if at >= stop:
+                    return
+
+    def _jsonl(self, piece: Piece, offset: int) -> Iterator[tuple[str, int]]:
+        rel, key, path = self.rels[piece.unit], self.text_key, self.paths[piece.unit]
+        with _epath(path).open("rb") as raw:
+            f = gzip.GzipFile(fileobj=raw) if path.endswith(".gz") else raw
+            line_no = 0 if offset == 0 else None     # line numbers are known when reading from the start
+            if offset == piece.start and offset > 0:
+                f.seek(offset - 1)
+                f.readline()                          # the line that began in the previous piece
+            else:
+                f.seek(offset)
+            at = f.tell()
+            while piece.stop < 0 or at < piece.stop:
+                line = f.readline()
+                if not line:
+                    return
+                line_no = None if line_no is None else line_no + 1
+                nxt = at + len(line)
+                if line.strip():
+                    where = f"{rel} line {line_no}" if line_no else f"{rel} byte {at}"
+                    record = jsonl_record(line, where)
+                    if key not in record:
+                        raise DataError(f"{where} has no field '{key}' (it has {', '.join(sorted(record))}); "
+                                        "set data.text_key")
+                    text = _text(record[key], where, key)
+                    if text and self._keep(rel, at):
+                        yield text, nxt
+                at = nxt
+
+    def _textfile(self, piece: Piece, position: int) -> Iterator[tuple[str, int]]:
+        if position > 0:
+            return
+        with _epath(self.paths[piece.unit]).open("rb") as f:
+            text = f.read().decode("utf-8", errors="replace")
+        if not self.by_file:  # too few files to split by file: the last ~2% of each file
+            cut = len(text) - len(text) * VALIDATION_PER_MILLE // 1000
+            cut = text.rfind("\n", 0, cut) + 1 or cut  # from a line start where there is one
+            text = text[:cut] if self.split == "train" else text[cut:]
+        if text:
+            yield text, 1
 
 
 def file_source(kind: str, pattern: str, text_key: str):
-    """``(key, load)`` of the ``kind`` (parquet or jsonl) files matching ``pattern``, for a
-    :class:`~edge_jax.data.sources.Source`: ``load(split)`` streams ``{"text": ...}`` records. A
-    DataError when nothing matches."""
+    """``(key, reader)`` of the ``kind`` files matching ``pattern``: ``reader(split)`` is the
+    split's :class:`FileReader`. A DataError when nothing matches."""
     paths = _glob(pattern)
     if not paths:
+        ext = {"parquet": "parquet", "jsonl": "jsonl", "text": "txt"}[kind]
         raise DataError(f"{kind} glob '{pattern}' matches no files; pass an existing path or pattern such as "
-                        f"{kind}:/data/fineweb/**/*.{'parquet' if kind == 'parquet' else 'jsonl'}")
+                        f"{kind}:/data/corpus/**/*.{ext}")
     names = [str(p) for p in paths]
     root = os.path.commonpath(names) if "://" not in names[0] else names[0].rsplit("/", 1)[0]
     root = root if len(paths) > 1 else names[0].rsplit("/", 1)[0]
-    rels = [n[len(root):].lstrip("/") for n in names]
-    stats = [(r, p.stat().length, p.stat().mtime) for r, p in zip(rels, paths)]
-    key = f"{kind}-" + hashlib.sha1(repr((stats, text_key)).encode()).hexdigest()[:12]
-    read = _parquet_texts if kind == "parquet" else _jsonl_texts
-    by_file = any(_hashed_in(r) for r in rels) and not all(_hashed_in(r) for r in rels)
+    rels = tuple(n[len(root):].lstrip("/") for n in names)
+    stats = [p.stat() for p in paths]
+    sizes = tuple(int(s.length) for s in stats)
+    ident = [(r, n, s.mtime) for r, n, s in zip(rels, sizes, stats)]
+    key = f"{kind}-" + hashlib.sha1(repr((ident, text_key) if kind != "text" else ident).encode()).hexdigest()[:12]
+    by_file = any(hashed_in(r) for r in rels) and not all(hashed_in(r) for r in rels)
 
-    def load(split: str) -> Iterator[dict]:
-        want_val = split == "validation"
-        for rel, path in zip(rels, paths):
-            if by_file and _hashed_in(rel) != want_val:
-                continue
-            for i, text in enumerate(read(path, rel, text_key)):
-                if text and (by_file or _hashed_in(f"{rel}:{i}") == want_val):
-                    yield {"text": text}
+    def reader(split: str) -> FileReader:
+        return FileReader(kind, tuple(names), rels, sizes, text_key, split, by_file)
 
-    return key, load
+    return key, reader

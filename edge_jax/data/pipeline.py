@@ -1,67 +1,66 @@
-"""Token caches and the grain pipelines that turn them into batches.
+"""The training iterator and evaluation batches, from prepared token shards or streamed from the files.
 
-A split is tokenised once: every document, each followed by eos, as one flat array saved to
-<data_dir>/tokens/<source key>-<split>-<tokenizer name>.npy (written to a temporary file, then
-os.replace), and memory-mapped afterwards. A combined dataset (a+b) concatenates the caches
-of its parts for train.
+Prepared (:mod:`edge_jax.data.shards`; built-in and TFDS datasets always, file corpora after ``edge-jax
+data prepare`` or with ``data.stream=off``): a split is tokenised once into a flat token stream, every
+document followed by eos; a combined dataset (a+b) trains on its parts' streams one after another.
+Training windows hold seq_len + 1 tokens with stride seq_len, so every token after the first is a target
+exactly once per epoch: inputs = window[:-1], targets = window[1:]. One global order (grain's shuffle of
+all windows, a new order every epoch, repeated forever) is cut into global batches of data.batch_size
+rows; a process reads only its block of rows of each (the rows its devices hold), so the global batches
+are the same rows in the same order whatever the number of processes. Its state is the number of
+global batches read.
 
-Training windows hold seq_len + 1 tokens with stride seq_len, so every token after the first
-is a target exactly once per epoch: inputs = window[:-1], targets = window[1:]. One global order
-(grain's shuffle of all windows, a new order every epoch, repeated forever) is cut into global
-batches of data.batch_size rows; a process reads only its block of rows of each (the rows its
-devices hold), so the global batches are the same rows in the same order whatever the number of
-processes. In a job of several processes, process 0 builds a missing cache and the others wait
-for it (edge_jax.distributed.prepared).
+Streamed (:mod:`edge_jax.data.stream`; file corpora with no prepared shards, or ``data.stream=on``):
+every row of the global batch is a stream of its own over a share of the files, tokenised as it is
+read, so memory and the time to the first batch do not grow with the corpus.
+
+Evaluation reads a split's first windows in order, the same from shards or from the files.
 """
 from __future__ import annotations
 
-import io
-import itertools
 import os
 
 import numpy as np
 
 from edge_jax.data.errors import DataError
+from edge_jax.data.shards import TokenShards, doc_tokens, prepare, shards_dir
 from edge_jax.data.sources import Source, data_dir_default, resolve_cfg
 from edge_jax.data.tokenizers import tokenizer_dtype
-from edge_jax.distributed import prepared
-from edge_jax.utils.atomic import write_bytes_atomic
 
 _READ_THREADS = 2
 _PREFETCH_BATCHES = 4
-_ENCODE_BLOCK = 1024  # documents tokenised at a time (bounded memory on big splits)
 
 
-def _data_dir(data_cfg) -> str:
-    return getattr(data_cfg, "data_dir", "") or data_dir_default()
+def tokens_dir(data_cfg) -> str:
+    """Where prepared shards live: data.tokens_dir, else <data.data_dir>/tokens."""
+    return getattr(data_cfg, "tokens_dir", "") or os.path.join(
+        getattr(data_cfg, "data_dir", "") or data_dir_default(), "tokens")
 
 
-def tokens_path(data_dir: str, source: Source, split: str, tok) -> str:
-    return os.path.join(data_dir, "tokens", f"{source.key}-{split}-{tok.name}.npy")
+def split_tokens(source: Source, split: str, tok, data_dir: str, where: str = "") -> TokenShards:
+    """A split's flat token stream (random access; prepared under ``where`` or <data_dir>/tokens on
+    first use). A combined dataset's train split is its parts' streams one after another."""
+    where = where or os.path.join(data_dir or data_dir_default(), "tokens")
+    leaves = source.parts if source.parts and split == "train" else (source,)
+    if source.parts and split != "train":
+        leaves = source.parts[:1]
+    return TokenShards([_prepared(leaf, split, tok, where) for leaf in leaves])
 
 
-def split_tokens(source: Source, split: str, tok, data_dir: str) -> np.ndarray:
-    """The flat token array of a split (memory-mapped from its cache; built on first use)."""
-    if source.parts and split == "train":
-        return np.concatenate([split_tokens(p, "train", tok, data_dir) for p in source.parts])
-    path = tokens_path(data_dir, source, split, tok)
+def _prepared(leaf: Source, split: str, tok, where: str) -> str:
+    if leaf.parts:
+        raise DataError(f"dataset '{leaf.name}' nests a mixture; write it as one a+b+c")
+    return prepare(leaf, split, tok, where)
 
-    def build() -> None:
-        dtype, eos = tokenizer_dtype(tok), np.array([tok.eos_id], dtype=tokenizer_dtype(tok))
-        blocks, docs = [], iter(source.iter_documents(split))
-        while block := list(itertools.islice(docs, _ENCODE_BLOCK)):
-            blocks.append(np.concatenate([piece for ids in tok.encode_many(block)
-                                          for piece in (np.asarray(ids, dtype), eos)]))
-        if not blocks:
-            raise DataError(f"dataset '{source.name}' split '{split}' has no documents; "
-                            "use another split or dataset")
-        flat = np.concatenate(blocks)
-        buf = io.BytesIO()
-        np.save(buf, flat, allow_pickle=False)
-        write_bytes_atomic(path, buf.getvalue())
 
-    prepared(f"tokens {os.path.basename(path)}", lambda: os.path.exists(path), build)
-    return np.load(path, mmap_mode="r")
+def streams(data_cfg, source: Source, tok) -> bool:
+    """Whether training streams from the files (data.stream: on / off / auto; see the module docstring)."""
+    mode = getattr(data_cfg, "stream", "auto")
+    if mode != "auto":
+        return mode == "on"
+    leaves = source.parts or (source,)
+    return any(leaf.name.split(":")[0] in ("parquet", "jsonl", "text") and not os.path.exists(
+        os.path.join(shards_dir(tokens_dir(data_cfg), leaf, "train", tok), "manifest.json")) for leaf in leaves)
 
 
 class Windows:
@@ -81,10 +80,6 @@ class Windows:
         return np.asarray(self.tokens[start:start + self.seq_len + 1], dtype=np.int32)
 
 
-def _to_io(batch_BW: np.ndarray) -> dict:
-    return {"inputs": batch_BW[:, :-1], "targets": batch_BW[:, 1:]}
-
-
 def _check_sizes(data_cfg, blocks: int) -> tuple[int, int]:
     seq_len, batch = int(data_cfg.seq_len), int(data_cfg.batch_size)
     if seq_len < 1 or batch < 1:
@@ -97,20 +92,26 @@ def _check_sizes(data_cfg, blocks: int) -> tuple[int, int]:
 
 
 def make_train_iter(data_cfg, tok, seed: int, block: int = 0, blocks: int = 1):
-    """Endless grain iterator of {'inputs', 'targets'}: int32[batch_size // blocks, seq_len], rows
+    """Endless iterator of {'inputs', 'targets'}: int32[batch_size // blocks, seq_len], rows
     ``block * batch_size // blocks`` onward of each global batch (:func:`edge_jax.sharding.process_block`
-    gives a process its block). It has get_state() -> JSON-able dict (the number of global batches
-    read, the same in every process) and set_state(state); restoring a state replays exactly the
-    batches that followed it. Deterministic given (data, tokenizer, seed, block, blocks)."""
-    import grain
-
+    gives a process its block). It has get_state() -> JSON-able dict (the same in every process: every
+    process calls it at the same step) and set_state(state); restoring a state replays exactly the
+    batches that followed it. Deterministic given (data, tokenizer, seed), whatever ``blocks`` is."""
     seq_len, batch = _check_sizes(data_cfg, blocks)
     if not 0 <= block < blocks:
         raise DataError(f"row block {block} is outside 0..{blocks - 1}; pass "
                         "edge_jax.sharding.process_block(batch sharding, data.batch_size)")
     local = batch // blocks
     source = resolve_cfg(data_cfg)
-    tokens = split_tokens(source, "train", tok, _data_dir(data_cfg))
+    if streams(data_cfg, source, tok):
+        from edge_jax.data.stream import PIECES_PER_ROW, Plan, StreamIterator
+        plan = Plan(tuple(source.pieces("train", PIECES_PER_ROW * batch)), batch, seq_len,
+                    int(getattr(data_cfg, "shuffle_windows", 64)), int(seed) % 2**32, tok)
+        return StreamIterator(plan, range(block * local, (block + 1) * local), int(getattr(data_cfg, "workers", 0)))
+    import grain
+
+    from edge_jax.data.stream import to_io
+    tokens = split_tokens(source, "train", tok, "", tokens_dir(data_cfg))
     windows = Windows(tokens, seq_len)
     if windows.total < batch:
         raise DataError(
@@ -121,7 +122,7 @@ def make_train_iter(data_cfg, tok, seed: int, block: int = 0, blocks: int = 1):
           .shuffle(seed=int(seed) % 2**32)
           .repeat()
           .batch(local, drop_remainder=True)[block::blocks]   # global batch k = local batches k*blocks ...
-          .map(_to_io))
+          .map(to_io))
     options = grain.ReadOptions(num_threads=_READ_THREADS, prefetch_buffer_size=_PREFETCH_BATCHES)
     return iter(ds.to_iter_dataset(options))
 
@@ -129,6 +130,7 @@ def make_train_iter(data_cfg, tok, seed: int, block: int = 0, blocks: int = 1):
 def eval_windows(tokens: np.ndarray, seq_len: int, pad_id: int):
     """All windows of a split, the last one padded: (windows int32[N, T+1], mask float32[N, T]).
     The mask sums to len(tokens) - 1: every token after the first is a target exactly once."""
+    tokens = np.asarray(tokens)
     n_targets = len(tokens) - 1
     full, rest = divmod(n_targets, seq_len)
     count = full + (rest > 0)
@@ -136,12 +138,28 @@ def eval_windows(tokens: np.ndarray, seq_len: int, pad_id: int):
     mask = np.zeros((count, seq_len), dtype=np.float32)
     if full:
         index = np.arange(full)[:, None] * seq_len + np.arange(seq_len + 1)[None, :]
-        windows[:full] = np.asarray(tokens)[index]
+        windows[:full] = tokens[index]
         mask[:full] = 1.0
     if rest:
         windows[full, :rest + 1] = tokens[full * seq_len:]
         mask[full, :rest] = 1.0
     return windows, mask
+
+
+def _first_tokens(data_cfg, source: Source, split: str, tok, count: int) -> np.ndarray:
+    """The first ``count`` tokens of a split (all of them when count is 0), from shards or streamed."""
+    if not streams(data_cfg, source, tok):
+        tokens = split_tokens(source, split, tok, "", tokens_dir(data_cfg))
+        return tokens[0:count or len(tokens)]
+    leaf = source.parts[0] if source.parts else source
+    out, have = [], 0
+    for piece in leaf.pieces(split):
+        for ids in doc_tokens((text for text, _ in piece.read()), tok, tokenizer_dtype(tok)):
+            out.append(ids)
+            have += len(ids)
+            if count and have >= count:
+                return np.concatenate(out)[:count]
+    return np.concatenate(out) if out else np.zeros(0, tokenizer_dtype(tok))
 
 
 def make_eval_batches(data_cfg, tok, split: str = "validation", num_batches: int = 0) -> list[dict]:
@@ -150,7 +168,7 @@ def make_eval_batches(data_cfg, tok, split: str = "validation", num_batches: int
     and 0.0 on the padding of the last window and of the rows that fill the last batch."""
     seq_len, batch = _check_sizes(data_cfg, 1)
     source = resolve_cfg(data_cfg)
-    tokens = split_tokens(source, split, tok, _data_dir(data_cfg))
+    tokens = _first_tokens(data_cfg, source, split, tok, int(num_batches) * batch * seq_len + 1 if num_batches else 0)
     if len(tokens) < 2:
         raise DataError(f"dataset '{source.name}' split '{split}' has {len(tokens)} token; "
                         "evaluate on a larger split")

@@ -28,7 +28,6 @@ import contextlib
 import dataclasses
 import difflib
 import functools
-import glob as globlib
 import hashlib
 import itertools
 import logging
@@ -38,8 +37,8 @@ from typing import Callable, Iterator
 
 from edge_jax.data.errors import DataError
 from edge_jax.data.file_sources import FORMATS as FILE_FORMATS
-from edge_jax.data.file_sources import VALIDATION_PER_MILLE as TEXT_VALIDATION_PER_MILLE
 from edge_jax.data.file_sources import file_source
+from edge_jax.data.pieces import Piece, record_cuts
 from edge_jax.distributed import prepared
 
 BUILTIN = ("pystdlib", "facts", "longctx", "drills", "copies")
@@ -64,8 +63,9 @@ def _safe(text: str, limit: int = 100) -> str:
 
 @dataclasses.dataclass
 class Source:
-    """Documents of one dataset. `load(split)` streams records (dicts with 'text' and, for
-    question splits, 'prompt', 'answer', 'task') in a fixed order."""
+    """Documents of one dataset. ``reader(split)`` reads a split's documents piece by piece
+    (:mod:`edge_jax.data.pieces`); ``load(split)`` streams its records (dicts with 'text' and, for
+    question splits, 'prompt', 'answer', 'task') in the same fixed order."""
 
     name: str
     key: str
@@ -73,18 +73,31 @@ class Source:
     load: Callable[[str], Iterator[dict]]
     qa_split: str | None = None
     parts: tuple["Source", ...] = ()
+    reader: Callable[[str], object] | None = None
 
-    def iter_records(self, split: str) -> Iterator[dict]:
+    def _check(self, split: str) -> None:
         if split not in self.splits:
             raise DataError(f"dataset '{self.name}' has no split '{split}' (it has "
                             f"{', '.join(self.splits)}); pass one of those")
+
+    def iter_records(self, split: str) -> Iterator[dict]:
+        self._check(split)
         return self.load(split)
 
     def records(self, split: str) -> list[dict]:
         return list(self.iter_records(split))
 
+    def pieces(self, split: str, want: int = 1) -> list[Piece]:
+        """The split cut into pieces (about ``want``, at least one per file), in document order. A
+        mixture's train split is its parts' pieces in order (a part written name*K K times)."""
+        self._check(split)
+        if self.parts:
+            parts = self.parts if split == "train" else self.parts[:1]
+            return [p for part in parts for p in part.pieces(split, max(1, want // len(parts)))]
+        return self.reader(split).pieces(want)
+
     def iter_documents(self, split: str) -> Iterator[str]:
-        return (r["text"] for r in self.iter_records(split))
+        return (text for piece in self.pieces(split) for text, _ in piece.read())
 
     def documents(self, split: str) -> list[str]:
         return list(self.iter_documents(split))
@@ -97,6 +110,35 @@ class Source:
             raise DataError(f"dataset '{self.name}' has no question split; load_qa needs facts "
                             "or longctx (alone or in a combination such as pystdlib+facts)")
         return [{k: r[k] for k in ("prompt", "answer", "task")} for r in self.records(self.qa_split)]
+
+
+@dataclasses.dataclass(frozen=True)
+class RecordReader:
+    """Reads the text field of a random-access record source (a prepared TFDS split), ``opener(*args)``
+    opening it once per process; picklable."""
+
+    opener: Callable
+    args: tuple
+    field: str = "text"
+
+    def _source(self):
+        return _opened(self.opener, self.args)
+
+    def pieces(self, want: int) -> list[Piece]:
+        return [Piece(self, 0, a, b) for a, b in record_cuts(len(self._source()), want)]
+
+    def read(self, piece: Piece, position: int) -> Iterator[tuple[str, int]]:
+        source = self._source()
+        stop = len(source) if piece.stop < 0 else piece.stop
+        for start in range(position, stop, 1024):
+            for j, r in enumerate(source.__getitems__(list(range(start, min(stop, start + 1024))))):
+                v = r[self.field]
+                yield (v.decode("utf-8", errors="replace") if isinstance(v, bytes) else str(v)), start + j + 1
+
+
+@functools.lru_cache(maxsize=None)
+def _opened(opener: Callable, args: tuple):
+    return opener(*args)
 
 
 def _decode(record: dict, keys) -> dict:
@@ -156,6 +198,15 @@ def _prepared(cls, config, tfds_dir: str):
     return make()
 
 
+def _builtin_split(kind: str, data_dir: str, params: tuple, split: str):
+    """A built-in dataset's split as a TFDS data source, the builder prepared first."""
+    from edge_jax.data.builders import BUILDERS
+
+    with _quiet_tfds():
+        builder = _prepared(BUILDERS[kind], _builder_config(kind, params), os.path.join(data_dir, "tfds"))
+        return builder.as_data_source(split=split)
+
+
 def _builtin(kind: str, data_dir: str, params: tuple) -> Source:
     from edge_jax.data.builders import BUILDERS
 
@@ -164,19 +215,26 @@ def _builtin(kind: str, data_dir: str, params: tuple) -> Source:
     except ValueError as e:
         raise DataError(f"bad parameters for dataset '{kind}': {e}; change data.facts_entities / "
                         "data.longctx_length / data.longctx_examples") from None
-    cls = BUILDERS[kind]
-    sources: dict[str, object] = {}
+
+    def reader(split: str) -> RecordReader:
+        return RecordReader(_builtin_split, (kind, data_dir, params, split))
 
     def load(split: str) -> Iterator[dict]:
-        if split not in sources:
-            with _quiet_tfds():
-                builder = _prepared(cls, config, os.path.join(data_dir, "tfds"))
-                sources[split] = builder.as_data_source(split=split)
-        return _read_split(sources[split])
+        return _read_split(_opened(_builtin_split, (kind, data_dir, params, split)))
 
     splits = ("train", "validation") + (("qa",) if kind in WITH_QA else ())
-    key = _safe(f"{kind}-{config.name}-v{cls.VERSION}")
-    return Source(kind, key, splits, load, qa_split="qa" if kind in WITH_QA else None)
+    key = _safe(f"{kind}-{config.name}-v{BUILDERS[kind].VERSION}")
+    return Source(kind, key, splits, load, qa_split="qa" if kind in WITH_QA else None, reader=reader)
+
+
+def _tfds_split(name: str, where: str, split: str):
+    import tensorflow_datasets as tfds
+
+    try:
+        return tfds.data_source(name, split=split, data_dir=where, download=False)
+    except NotImplementedError as e:
+        raise DataError(f"TFDS dataset '{name}' cannot be read without TensorFlow ({e}); "
+                        "rebuild it with --file_format=array_record") from None
 
 
 def _tfds(name: str, data_dir: str, text_key: str) -> Source:
@@ -210,62 +268,23 @@ def _tfds(name: str, data_dir: str, text_key: str) -> Source:
                         f"{', '.join(features)}); set data.text_key to the text feature")
     splits = tuple(sorted(builder.info.splits.keys()))
 
+    def reader(split: str) -> RecordReader:
+        return RecordReader(_tfds_split, (name, where, split), text_key)
+
     def load(split: str) -> Iterator[dict]:
-        try:
-            ds = tfds.data_source(name, split=split, data_dir=where, download=False)
-        except NotImplementedError as e:
-            raise DataError(f"TFDS dataset '{name}' cannot be read without TensorFlow ({e}); "
-                            "rebuild it with --file_format=array_record") from None
-        return ({"text": r["text_key"]} for r in _read_split(_Renamed(ds, text_key), ("text_key",)))
+        return ({"text": text} for piece in reader(split).pieces(1) for text, _ in piece.read())
 
     return Source(f"tfds:{name}", _safe(f"tfds-{name}-{builder.info.version}-{text_key}"),
-                  splits, load)
+                  splits, load, reader=reader)
 
 
-class _Renamed:
-    """A data source view exposing feature `key` as 'text_key' (so _read_split stays small)."""
-
-    def __init__(self, ds, key):
-        self.ds, self.key = ds, key
-
-    def __len__(self):
-        return len(self.ds)
-
-    def __getitems__(self, idx):
-        return [{"text_key": r[self.key]} for r in self.ds.__getitems__(idx)]
-
-
-def _text(pattern: str) -> Source:
-    paths = sorted(p for p in globlib.glob(os.path.expanduser(pattern), recursive=True)
-                   if os.path.isfile(p))
-    if not paths:
-        raise DataError(f"text glob '{pattern}' matches no files; pass an existing path or pattern "
-                        "such as text:/data/books/**/*.txt")
-    root = os.path.commonpath([os.path.abspath(p) for p in paths])
-    root = root if os.path.isdir(root) else os.path.dirname(root)
-    rels = [os.path.relpath(os.path.abspath(p), root).replace(os.sep, "/") for p in paths]
-    stats = [(r, os.path.getsize(p), os.stat(p).st_mtime_ns) for r, p in zip(rels, paths)]
-    key = "text-" + hashlib.sha1(repr(stats).encode()).hexdigest()[:12]
-
-    def is_val(rel: str) -> bool:
-        return int(hashlib.sha1(rel.encode()).hexdigest()[:8], 16) % 1000 < TEXT_VALIDATION_PER_MILLE
-
-    by_file = any(is_val(r) for r in rels) and not all(is_val(r) for r in rels)
+def _files(kind: str, pattern: str, text_key: str) -> Source:
+    key, reader = file_source(kind, pattern, text_key)
 
     def load(split: str) -> Iterator[dict]:
-        for rel, path in zip(rels, paths):
-            if by_file and is_val(rel) != (split == "validation"):
-                continue
-            with open(path, encoding="utf-8", errors="replace") as f:
-                text = f.read()
-            if not by_file:  # too few files to split by file: the last ~2% of each file
-                cut = len(text) - len(text) * TEXT_VALIDATION_PER_MILLE // 1000
-                cut = text.rfind("\n", 0, cut) + 1 or cut  # from a line start where there is one
-                text = text[:cut] if split == "train" else text[cut:]
-            if text:
-                yield {"text": text}
+        return ({"text": text} for piece in reader(split).pieces(1) for text, _ in piece.read())
 
-    return Source(f"text:{pattern}", key, ("train", "validation"), load)
+    return Source(f"{kind}:{pattern}", _safe(key), ("train", "validation"), load, reader=reader)
 
 
 def _combined(parts: list[Source]) -> Source:
@@ -305,12 +324,9 @@ def resolve(name: str, data_dir: str = "", *, text_key: str = "text", facts_enti
         return _builtin(name, data_dir, (int(longctx_length), int(longctx_examples)))
     if name.startswith("tfds:") and name[5:]:
         return _tfds(name[5:], data_dir, text_key)
-    if name.startswith("text:") and name[5:]:
-        return _text(name[5:])
     kind, _, pattern = name.partition(":")
     if kind in FILE_FORMATS and pattern:
-        key, load = file_source(kind, pattern, text_key)
-        return Source(name, _safe(key), ("train", "validation"), load)
+        return _files(kind, pattern, text_key)
     close = difflib.get_close_matches(name, list(BUILTIN) + ["tfds:", "text:", "parquet:", "jsonl:"], n=1,
                                       cutoff=0.5)
     hint = f"did you mean '{close[0]}'? " if close else ""

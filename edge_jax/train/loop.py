@@ -52,7 +52,7 @@ def evaluate(eval_step, params, batches, sharding) -> dict:
 # where the data lies, the mesh); the config sections of the papers add theirs (Section.resumable).
 RESUMABLE_CHANGES = ("train.steps", "train.log_every", "train.eval_every", "train.eval_batches",
                      "train.ckpt_every", "train.keep_ckpts", "train.qa_questions",
-                     "data.data_dir", "mesh.data", "mesh.fsdp", "mesh.tensor")
+                     "data.data_dir", "data.workers", "data.tokens_dir", "mesh.data", "mesh.fsdp", "mesh.tensor")
 
 
 def resumable_changes() -> frozenset:

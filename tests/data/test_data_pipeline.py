@@ -1,4 +1,5 @@
-"""Token caches, training iterators (state, sharding), eval batches and load_qa."""
+"""Prepared token shards, the training iterator over them (state, sharding), eval batches and load_qa
+(the streamed iterator: tests/data/test_stream.py)."""
 import json
 import os
 import sys
@@ -22,7 +23,8 @@ from edge_jax.data.pipeline import Windows
 
 def _cfg(data_dir, **kw):
     base = dict(name="facts", tokenizer="byte", seq_len=32, batch_size=4, data_dir=str(data_dir),
-                text_key="text", facts_entities=20, longctx_length=4096, longctx_examples=200)
+                text_key="text", facts_entities=20, longctx_length=4096, longctx_examples=200, stream="off",
+                workers=0, shuffle_windows=4, tokens_dir="")
     base.update(kw)
     return ml_collections.ConfigDict(base)
 
@@ -45,14 +47,18 @@ def test_data_dir_default(monkeypatch):
     assert data_dir_default() == os.path.expanduser("~/.cache/edge_jax")
 
 
-def test_token_cache_is_written_once_and_memory_mapped(tmp_path):
+def test_shards_are_written_once_and_read_in_slices(tmp_path, monkeypatch):
     cfg = _cfg(tmp_path)
     tok = get_tokenizer("byte", cfg.name, str(tmp_path))
     source = resolve_cfg(cfg)
     tokens = split_tokens(source, "train", tok, str(tmp_path))
-    files = os.listdir(tmp_path / "tokens")
-    assert files == [f"{source.key}-train-byte.npy"]  # no temporary files left behind
-    assert isinstance(split_tokens(source, "train", tok, str(tmp_path)), np.memmap)
+    assert os.listdir(tmp_path / "tokens") == [f"{source.key}-train-byte"]
+    files = sorted(os.listdir(tmp_path / "tokens" / f"{source.key}-train-byte"))
+    assert files[-1] == "manifest.json" and all(f.endswith(".bin") for f in files[:-1])  # no temporary files
+    assert len(files) - 1 == len(source.pieces("train", 64)) > 1
+    monkeypatch.setattr("edge_jax.data.shards._write_piece", lambda *a: pytest.fail("prepared again"))
+    again = split_tokens(source, "train", tok, str(tmp_path))
+    np.testing.assert_array_equal(again[5:7000], np.asarray(tokens)[5:7000])   # across shard boundaries
     docs = source.documents("train")
     assert len(tokens) == sum(len(d.encode()) + 1 for d in docs)
     eos = np.flatnonzero(np.asarray(tokens) == tok.eos_id)

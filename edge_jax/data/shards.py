@@ -1,0 +1,168 @@
+"""Prepared token shards: a split tokenised once into the flat stream of its documents, each followed
+by eos, stored as one raw token file per piece (:mod:`edge_jax.data.pieces`) and read with random access.
+
+    <tokens dir>/<source key>-<split>-<tokenizer name>/
+        00000.bin 00001.bin ...   little-endian tokens of piece i (uint16, or int32 for vocabularies > 65536)
+        manifest.json             {"dtype", "shards": [{"file", "tokens"}...]}, written last
+
+The tokens dir is ``data.tokens_dir``, else ``<data.data_dir>/tokens``; it may be remote (``gs://``,
+through etils.epath) and shared by every host. Each process of a job prepares every N-th piece
+(N processes), writing a shard under a temporary name and renaming it, so a killed preparation
+resumes where it stopped; when every shard exists, process 0 writes the manifest. A host that does
+not see the others' shards (a host-local directory) prepares the rest itself. A mixture's train split
+is its parts' shards one after another (each part prepared once, whatever mixture it is in).
+"""
+from __future__ import annotations
+
+import itertools
+import json
+import os
+from typing import Callable, Iterator
+
+import numpy as np
+
+from edge_jax import distributed
+from edge_jax.data.errors import DataError
+from edge_jax.data.sources import Source
+from edge_jax.data.tokenizers import tokenizer_dtype
+
+PREPARE_PIECES = 64       # a split is prepared in at least this many pieces (one per file when more)
+ENCODE_CHARS = 1 << 19    # characters tokenised at a time
+
+
+def _path(where: str):
+    from etils import epath
+    return epath.Path(where)
+
+
+def shards_dir(tokens_dir: str, source: Source, split: str, tok) -> str:
+    return os.path.join(tokens_dir, f"{source.key}-{split}-{tok.name}")
+
+
+def doc_tokens(texts, tok, dtype) -> Iterator[np.ndarray]:
+    """Each text's tokens followed by eos, as ``dtype``; the texts are encoded a block at a time."""
+    eos = np.array([tok.eos_id], dtype=dtype)
+    block, size = [], 0
+    for text in itertools.chain(texts, [None]):
+        if text is not None:
+            block.append(text)
+            size += len(text)
+        if block and (size >= ENCODE_CHARS or text is None):
+            yield from (np.concatenate([np.asarray(ids, dtype), eos]) for ids in tok.encode_many(block))
+            block, size = [], 0
+
+
+def _write_piece(piece, tok, dtype, out) -> None:
+    tmp = out.parent / f".{out.name}.{os.getpid()}.tmp"
+    with tmp.open("wb") as f:
+        for ids in doc_tokens((text for text, _ in piece.read()), tok, dtype):
+            f.write(ids.astype(dtype.newbyteorder("<"), copy=False).tobytes())
+    tmp.rename(out)
+
+
+def prepare(source: Source, split: str, tok, tokens_dir: str,
+            progress: Callable[[int, int], None] | None = None) -> str:
+    """Prepare ``split`` of the leaf source ``source`` under ``tokens_dir`` (see the module docstring);
+    return its directory. Every process of a job must call it (they share the work)."""
+    root = _path(shards_dir(tokens_dir, source, split, tok))
+    if (root / "manifest.json").exists():
+        return str(root)
+    root.mkdir(parents=True, exist_ok=True)
+    pieces = source.pieces(split, PREPARE_PIECES)
+    dtype = tokenizer_dtype(tok)
+    files = [root / f"{i:05d}.bin" for i in range(len(pieces))]
+    me, count = distributed.process_index(), distributed.process_count()
+
+    def work(todo: list[int]) -> None:
+        for done, i in enumerate(todo, 1):
+            if not files[i].exists():
+                _write_piece(pieces[i], tok, dtype, files[i])
+            if progress:
+                progress(done, len(todo))
+
+    work(list(range(me, len(pieces), count)))
+    distributed.barrier(f"shards {root.name}")
+    work([i for i in range(len(pieces)) if not files[i].exists()])  # a host-local directory: the rest too
+
+    def manifest() -> None:
+        shards = [{"file": f.name, "tokens": f.stat().length // dtype.itemsize} for f in files]
+        if not any(s["tokens"] for s in shards):
+            raise DataError(f"dataset '{source.name}' split '{split}' has no documents; "
+                            "use another split or dataset")
+        tmp = root / f".manifest.{os.getpid()}.tmp"
+        tmp.write_text(json.dumps({"dtype": dtype.name, "shards": shards}))
+        tmp.rename(root / "manifest.json")
+
+    distributed.on_lead(f"manifest {root.name}", manifest)
+    if not (root / "manifest.json").exists():
+        with distributed.solo():
+            manifest()
+    return str(root)
+
+
+class TokenShards:
+    """Random access to prepared shards: ``len(t)`` tokens, ``t[a:b]`` a numpy array (read with ``pread``
+    locally, a ranged read remotely; nothing is memory-mapped or held whole). Picklable."""
+
+    def __init__(self, roots: list[str]):
+        self.roots, files, counts = list(roots), [], []
+        dtypes = set()
+        for root in self.roots:
+            meta = json.loads((_path(root) / "manifest.json").read_text())
+            dtypes.add(meta["dtype"])
+            files += [os.path.join(root, s["file"]) for s in meta["shards"]]
+            counts += [int(s["tokens"]) for s in meta["shards"]]
+        if len(dtypes) != 1:
+            raise DataError(f"prepared shards {self.roots} mix token types {sorted(dtypes)}; prepare them "
+                            "again with one tokenizer")
+        self.dtype = np.dtype(dtypes.pop()).newbyteorder("<")
+        self.files = files
+        self.ends = np.cumsum(counts, dtype=np.int64)
+        self._fds: dict[int, object] = {}
+
+    def __getstate__(self):
+        return {**self.__dict__, "_fds": {}}
+
+    def __len__(self) -> int:
+        return int(self.ends[-1]) if len(self.ends) else 0
+
+    def __getitem__(self, sl: slice) -> np.ndarray:
+        start, stop, step = sl.indices(len(self))
+        if step != 1:
+            raise IndexError("token shards take contiguous slices")
+        parts, at = [], start
+        while at < stop:
+            i = int(np.searchsorted(self.ends, at, side="right"))
+            first = int(self.ends[i - 1]) if i else 0
+            n = min(stop, int(self.ends[i])) - at
+            parts.append(self._read(i, at - first, n))
+            at += n
+        out = np.concatenate(parts) if parts else np.zeros(0, self.dtype)
+        return out.astype(self.dtype.newbyteorder("="))
+
+    def __array__(self, dtype=None, copy=None):
+        out = self[0:len(self)]
+        return out if dtype is None else out.astype(dtype)
+
+    def _read(self, i: int, offset: int, n: int) -> np.ndarray:
+        size = self.dtype.itemsize
+        path = self.files[i]
+        if "://" in path:
+            with _path(path).open("rb") as f:
+                f.seek(offset * size)
+                data = f.read(n * size)
+        else:
+            if i not in self._fds:
+                self._fds[i] = os.open(path, os.O_RDONLY)
+            data = os.pread(self._fds[i], n * size, offset * size)
+        if len(data) != n * size:
+            raise DataError(f"prepared shard {path} is shorter than its manifest says; delete "
+                            f"{os.path.dirname(path)} and prepare it again")
+        return np.frombuffer(data, self.dtype)
+
+    def __del__(self):
+        for fd in self._fds.values():
+            try:
+                os.close(fd)
+            except OSError:
+                pass
