@@ -1,4 +1,4 @@
-"""``edge-jax`` command line: train | eval | grid | bench | summary | params | launch | moe | cache | analyze.
+"""``edge-jax`` command line: train | eval | grid | bench | data | summary | params | launch | moe | cache | analyze.
 
 Config options follow big_vision: ``--config configs/lm.py:size=tiny --config.train.steps=200``.
 Errors a user can fix (:class:`edge_jax.errors.UserError`) are printed as one line
@@ -99,6 +99,9 @@ def _add_core_commands(sub) -> None:
     p = sub.add_parser("bench", help="benchmarks that print ratios measured in one run")
     bench_command.add_arguments(p)
     p.set_defaults(fn=bench_command.run, takes_overrides=True)
+    from edge_jax.data import command as data_command
+    p = sub.add_parser("data", help="prepare a dataset's token shards once (edge-jax data prepare)")
+    data_command.add_arguments(p)
     from edge_jax.grid import summary
     p = sub.add_parser("summary", help="one row per ablation grid: the paper's pairs that agree, disagree or "
                                        "are within noise")

@@ -23,7 +23,8 @@ import os
 import numpy as np
 
 from edge_jax.data.errors import DataError
-from edge_jax.data.shards import TokenShards, doc_tokens, prepare, shards_dir
+from edge_jax.data.file_sources import FORMATS
+from edge_jax.data.shards import TokenShards, doc_tokens, is_prepared, prepare, shards_dir
 from edge_jax.data.sources import Source, data_dir_default, resolve_cfg
 from edge_jax.data.tokenizers import tokenizer_dtype
 
@@ -59,8 +60,8 @@ def streams(data_cfg, source: Source, tok) -> bool:
     if mode != "auto":
         return mode == "on"
     leaves = source.parts or (source,)
-    return any(leaf.name.split(":")[0] in ("parquet", "jsonl", "text") and not os.path.exists(
-        os.path.join(shards_dir(tokens_dir(data_cfg), leaf, "train", tok), "manifest.json")) for leaf in leaves)
+    return any(leaf.name.split(":")[0] in FORMATS and not is_prepared(shards_dir(tokens_dir(data_cfg), leaf, "train", tok))
+               for leaf in leaves)
 
 
 class Windows:

@@ -39,6 +39,11 @@ def shards_dir(tokens_dir: str, source: Source, split: str, tok) -> str:
     return os.path.join(tokens_dir, f"{source.key}-{split}-{tok.name}")
 
 
+def is_prepared(root: str) -> bool:
+    """Whether the shards at ``root`` are complete (their manifest is written last)."""
+    return (_path(root) / "manifest.json").exists()
+
+
 def doc_tokens(texts, tok, dtype) -> Iterator[np.ndarray]:
     """Each text's tokens followed by eos, as ``dtype``; the texts are encoded a block at a time."""
     eos = np.array([tok.eos_id], dtype=dtype)
@@ -65,7 +70,7 @@ def prepare(source: Source, split: str, tok, tokens_dir: str,
     """Prepare ``split`` of the leaf source ``source`` under ``tokens_dir`` (see the module docstring);
     return its directory. Every process of a job must call it (they share the work)."""
     root = _path(shards_dir(tokens_dir, source, split, tok))
-    if (root / "manifest.json").exists():
+    if is_prepared(str(root)):
         return str(root)
     root.mkdir(parents=True, exist_ok=True)
     pieces = source.pieces(split, PREPARE_PIECES)

@@ -156,6 +156,7 @@ def train_and_evaluate(config, workdir: str, devices=None) -> dict:
     finally:
         writer.close()
         ckpt.close()
+        train_iter.close()  # a stream's grain worker processes
     if lead:
         write_json_atomic(os.path.join(workdir, "final_metrics.json"), result)
     return result

@@ -1,7 +1,8 @@
 """Multi-process jobs through `edge-jax launch`: 2 processes x 2 CPU devices against 1 x 4.
 
 Training losses, a resume under another process count, a grid cell's record (zero-shot scores
-included) and who writes which file; and a process killed mid-training ending the job.
+included) and who writes which file; and a process killed mid-training ending the job. A streamed
+corpus the same, and prepared shards the same whoever prepared them.
 """
 import json
 import os
@@ -125,3 +126,47 @@ def test_a_killed_process_ends_the_job_with_a_clear_error(tmp_path, data_dir):
     assert "edge-jax launch: process 1 exited with status 137; stopped process 0" in out.stdout
     killed_at = (tmp_path / "run" / "metrics.jsonl").stat().st_mtime
     assert time.time() - killed_at < 60 and time.monotonic() - t0 < 300  # seconds after the kill, not a hang
+
+
+def _corpus(path: Path) -> str:
+    """A JSONL corpus of three files: enough windows for a few hundred steps of 8 x 64."""
+    import random
+    rng = random.Random(0)
+    path.mkdir(parents=True)
+    for f in range(3):
+        with open(path / f"{f}.jsonl", "w") as out:
+            for _ in range(400):
+                words = " ".join(rng.choice(["the", "model", "reads", "streams", "of", "text", "rows"])
+                                 for _ in range(rng.randint(5, 120)))
+                out.write(json.dumps({"text": words}) + "\n")
+    return f"jsonl:{path}/*.jsonl"
+
+
+def test_a_streamed_corpus_trains_alike_on_two_processes_and_resumes_under_one(tmp_path, data_dir):
+    name = _corpus(tmp_path / "corpus")
+    run = [*TRAIN, f"--config.data.name={name}", "--config.data.workers=1"]
+    one, two = tmp_path / "1x4", tmp_path / "2x2"
+    launch(1, 4, ["edge-jax", "train", *run, "--workdir", str(one), "--config.train.steps=8"], data_dir)
+    launch(2, 2, ["edge-jax", "train", *run, "--workdir", str(two), "--config.train.steps=4"], data_dir)
+    state = json.loads((two / "checkpoints" / "4" / "data" / "metadata").read_text())
+    assert sorted(state["stream_rows"], key=int) == [str(r) for r in range(8)]  # both processes' rows, saved once
+    launch(1, 4, ["edge-jax", "train", *run, "--workdir", str(two), "--config.train.steps=8"], data_dir)
+    expected, got = train_losses(one), train_losses(two)
+    assert sorted(got) == sorted(expected) == list(range(1, 9))
+    for step in expected:
+        assert got[step] == pytest.approx(expected[step], rel=RTOL), step
+    assert not (Path(data_dir) / "tokens").exists() or not any("jsonl-" in p for p in os.listdir(Path(data_dir) / "tokens"))
+
+
+def test_two_processes_prepare_the_shards_one_process_would(tmp_path, data_dir):
+    name = _corpus(tmp_path / "corpus")
+    prep = ["edge-jax", "data", "prepare", "--config", "configs/lm.py:size=tiny", f"--config.data.name={name}"]
+    launch(1, 1, [*prep, f"--config.data.tokens_dir={tmp_path / 'one'}"], data_dir)
+    out = launch(2, 1, [*prep, f"--config.data.tokens_dir={tmp_path / 'two'}"], data_dir)
+    assert "by 2 process(es)" in out
+    for split in ("train", "validation"):
+        [a] = (tmp_path / "one").glob(f"*-{split}-byte")
+        [b] = (tmp_path / "two").glob(f"*-{split}-byte")
+        assert sorted(os.listdir(a)) == sorted(os.listdir(b))
+        for f in os.listdir(a):
+            assert (a / f).read_bytes() == (b / f).read_bytes(), f
