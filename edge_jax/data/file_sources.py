@@ -20,6 +20,7 @@ file's relative path, size and modification time, and the text field, so token c
 """
 from __future__ import annotations
 
+import concurrent.futures
 import dataclasses
 import gzip
 import hashlib
@@ -222,7 +223,8 @@ def file_source(kind: str, pattern: str, text_key: str):
     root = os.path.commonpath(names) if "://" not in names[0] else names[0].rsplit("/", 1)[0]
     root = root if len(paths) > 1 else names[0].rsplit("/", 1)[0]
     rels = tuple(n[len(root):].lstrip("/") for n in names)
-    stats = [p.stat() for p in paths]
+    with concurrent.futures.ThreadPoolExecutor(32 if "://" in names[0] else 1) as pool:
+        stats = list(pool.map(lambda p: p.stat(), paths))   # remote: thousands of files in seconds
     sizes = tuple(int(s.length) for s in stats)
     ident = [(r, n, s.mtime) for r, n, s in zip(rels, sizes, stats)]
     key = f"{kind}-" + hashlib.sha1(repr((ident, text_key) if kind != "text" else ident).encode()).hexdigest()[:12]

@@ -7,8 +7,9 @@ uses to tokenise a whole split.
 
 Specs accepted by `get_tokenizer`:
   byte            ids 0..255 are the UTF-8 bytes, 256 = eos, 257 = pad; vocab_size 258.
-  spm:<V>         sentencepiece BPE with V pieces, trained on the train split of the dataset
-                  and cached as <data_dir>/tokenizers/<dataset key>-spm<V>.model.
+  spm:<V>         sentencepiece BPE with V pieces, trained on the train split of the dataset (its
+                  first 200M characters, so all of every built-in dataset) and cached as
+                  <data_dir>/tokenizers/<dataset key>-spm<V>.model.
   spm_file:<path> an existing sentencepiece .model file.
   hf:<path>       a HF `tokenizers` tokenizer.json file.
 
@@ -35,6 +36,7 @@ from edge_jax.utils.atomic import write_bytes_atomic
 # Training input cap: a deterministic subsample of at most this many characters. BPE training
 # on 5M characters takes a few seconds on 2 CPU cores and is byte-for-byte reproducible.
 SPM_CHAR_BUDGET = 5_000_000
+SPM_READ_LIMIT = 40 * SPM_CHAR_BUDGET  # characters read to train spm:<V> (the first ones of a bigger corpus)
 _SPM_CHUNK_LINES = 8  # training "sentences" are chunks of 8 lines, so "\n" is seen in context
 _SPECS = "byte, spm:<vocab_size>, spm_file:<path.model>, hf:<path/tokenizer.json>"
 
@@ -171,6 +173,16 @@ def train_spm(documents: Iterable[str], vocab_size: int, out_path: str) -> None:
     write_bytes_atomic(out_path, model.getvalue())
 
 
+def _first_chars(documents: Iterable[str], limit: int) -> Iterable[str]:
+    """The documents until ``limit`` characters have been read (a pass over a whole corpus would take hours)."""
+    read = 0
+    for doc in documents:
+        yield doc
+        read += len(doc)
+        if read >= limit:
+            return
+
+
 def _trained_spm(vocab: str, dataset: str, data_dir: str) -> SpmTokenizer:
     try:
         vocab_size = int(vocab)
@@ -182,7 +194,7 @@ def _trained_spm(vocab: str, dataset: str, data_dir: str) -> SpmTokenizer:
     source = resolve(dataset, data_dir) if isinstance(dataset, str) else resolve_cfg(dataset, data_dir)
     path = os.path.join(data_dir, "tokenizers", f"{source.key}-spm{vocab_size}.model")
     prepared(f"tokenizer {os.path.basename(path)}", lambda: os.path.exists(path),
-             lambda: train_spm(source.iter_documents("train"), vocab_size, path))
+             lambda: train_spm(_first_chars(source.iter_documents("train"), SPM_READ_LIMIT), vocab_size, path))
     return SpmTokenizer(path, name=f"spm{vocab_size}-{_file_hash(path)}")
 
 
