@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 
+import edge_jax.bench.data  # noqa: F401  (registers data: the input pipeline)
 import edge_jax.bench.kernels  # noqa: F401  (registers kernels: the registered Pallas kernels)
 import edge_jax.bench.train_step  # noqa: F401  (registers train-step, the generic benchmark)
 from edge_jax.layers.kernels.backend import KERNEL_MODES

@@ -36,7 +36,8 @@ from edge_jax.data.shards import doc_tokens
 from edge_jax.data.tokenizers import tokenizer_dtype
 
 PIECES_PER_ROW = 4
-_PREFETCH_BATCHES = 2
+STEPS = 8              # batches a worker makes at a time (one inter-process message per block of rows)
+_PREFETCH_BLOCKS = 2
 
 
 @dataclasses.dataclass(frozen=True)
@@ -133,40 +134,48 @@ def _reference_row_windows(plan: Plan, row: int, count: int) -> list[np.ndarray]
 
 
 class Rows(grain.IterDataset):
-    """The windows of some rows, round robin: the first row's next window, the second's, ... (grain's
-    worker processes each take a slice of the rows through set_slice)."""
+    """Blocks of ``STEPS`` consecutive windows of each of some rows (int32[STEPS, rows, seq_len + 1]) with
+    the rows' states after each; grain's worker processes each take a slice of the rows (set_slice)."""
 
     def __init__(self, plan: Plan, rows: tuple[int, ...], states: dict):
         super().__init__()
         self._plan, self._rows, self._states = plan, tuple(rows), dict(states)
+        self._shared = False
+
+    def enable_shared_memory_output(self) -> None:
+        """In a grain worker: write the windows straight into shared memory (no copy to send them)."""
+        self._shared = True
 
     def set_slice(self, sl: slice, sequential_slice: bool = False) -> None:
         self._rows = self._rows[sl]
 
     def __iter__(self):
-        return RowsIterator(self._plan, self._rows, self._states)
+        return RowsIterator(self._plan, self._rows, self._states, self._shared)
 
 
 class RowsIterator(grain.DatasetIterator):
-    def __init__(self, plan: Plan, rows: tuple[int, ...], states: dict):
+    def __init__(self, plan: Plan, rows: tuple[int, ...], states: dict, shared: bool = False):
         super().__init__()
-        self._plan, self._rows = plan, rows
+        self._plan, self._rows, self._shared = plan, rows, shared
         self._states = {r: tuple(states.get(r, START)) for r in rows}
-        self._next, self._streams = 0, None
+        self._streams = None
 
     def __next__(self) -> dict:
         if self._streams is None:
             self._streams = {r: row_windows(self._plan, r, self._states[r]) for r in self._rows}
-        row = self._rows[self._next]
-        window, self._states[row] = next(self._streams[row])
-        self._next = (self._next + 1) % len(self._rows)
-        return {"window": window, "state": np.array((row, *self._states[row]), np.int64)}
+        shape = (STEPS, len(self._rows), self._plan.seq_len + 1)
+        windows = grain.multiprocessing.SharedMemoryArray(shape, np.int32) if self._shared else np.empty(shape, np.int32)
+        states = np.empty((STEPS, len(self._rows), 1 + len(START)), np.int64)
+        for step in range(STEPS):
+            for i, row in enumerate(self._rows):
+                windows[step, i], self._states[row] = next(self._streams[row])
+                states[step, i] = (row, *self._states[row])
+        return {"window": windows, "state": states}
 
     def get_state(self) -> dict:
-        return {"next": self._next, "rows": {str(r): list(s) for r, s in self._states.items()}}
+        return {"rows": {str(r): list(s) for r, s in self._states.items()}}
 
     def set_state(self, state: dict) -> None:
-        self._next = int(state["next"])
         self._states = {int(r): tuple(s) for r, s in state["rows"].items()}
         self._streams = None
 
@@ -198,11 +207,10 @@ class StreamIterator:
             if not flags.FLAGS.is_parsed():   # grain's worker processes read absl flags; we have none
                 flags.FLAGS.mark_as_parsed()
             ds = ds.mp_prefetch(grain.multiprocessing.MultiprocessingOptions(
-                num_workers=self.workers, per_worker_buffer_size=_PREFETCH_BATCHES * len(self.rows)))
-        ds = ds.batch(len(self.rows), drop_remainder=True)
-        if not self.workers:
-            ds = grain.experimental.ThreadPrefetchIterDataset(ds, prefetch_buffer_size=_PREFETCH_BATCHES)
-        self._it = iter(ds)
+                num_workers=self.workers, per_worker_buffer_size=_PREFETCH_BLOCKS))
+        else:
+            ds = grain.experimental.ThreadPrefetchIterDataset(ds, prefetch_buffer_size=_PREFETCH_BLOCKS)
+        self._it, self._steps = iter(ds), collections.deque()
 
     def __iter__(self):
         return self
@@ -210,10 +218,15 @@ class StreamIterator:
     def __next__(self) -> dict:
         if self._it is None:
             self._start()
-        batch = next(self._it)
-        for row, *state in batch["state"].tolist():
+        if not self._steps:   # one block from each worker in turn: worker w holds rows w, w + W, ...
+            blocks = [next(self._it) for _ in range(max(1, self.workers))]
+            windows = np.stack([b["window"] for b in blocks], axis=2).reshape(STEPS, len(self.rows), -1)
+            states = np.stack([b["state"] for b in blocks], axis=2).reshape(STEPS, len(self.rows), -1)
+            self._steps.extend(zip(windows, states))
+        windows, states = self._steps.popleft()
+        for row, *state in states.tolist():
             self._states[row] = tuple(state)
-        return to_io(batch["window"])
+        return to_io(windows)
 
     def get_state(self) -> dict:
         rows = {}
