@@ -60,7 +60,8 @@ def streams(data_cfg, source: Source, tok) -> bool:
     if mode != "auto":
         return mode == "on"
     leaves = source.parts or (source,)
-    return any(leaf.name.split(":")[0] in FORMATS and not is_prepared(shards_dir(tokens_dir(data_cfg), leaf, "train", tok))
+    where = tokens_dir(data_cfg)
+    return any(leaf.name.split(":")[0] in FORMATS and not is_prepared(shards_dir(where, leaf, "train", tok))
                for leaf in leaves)
 
 

@@ -8,9 +8,9 @@ Names:
                                document, data.longctx_examples documents).
   tfds:<name>                  an already-prepared TFDS dataset (array_record) in
                                <data_dir>/tfds or <data_dir>; field data.text_key.
-  text:<glob>                  local UTF-8 text files (recursive ** allowed).
+  text:<glob>                  UTF-8 text files, one document each, local or remote (like parquet:).
   parquet:<glob> jsonl:<glob>  parquet or JSON-lines (.jsonl[.gz]) files, local or remote (gs://, via
-                               etils.epath), text field data.text_key, streamed
+                               etils.epath), text field data.text_key, read piece by piece
                                (edge_jax.data.file_sources).
   a+b[+c...]                   train = the train documents of every part, in order;
                                other splits (and questions) come from the parts that have them,

@@ -164,7 +164,8 @@ class RowsIterator(grain.DatasetIterator):
         if self._streams is None:
             self._streams = {r: row_windows(self._plan, r, self._states[r]) for r in self._rows}
         shape = (STEPS, len(self._rows), self._plan.seq_len + 1)
-        windows = grain.multiprocessing.SharedMemoryArray(shape, np.int32) if self._shared else np.empty(shape, np.int32)
+        shared = grain.multiprocessing.SharedMemoryArray
+        windows = shared(shape, np.int32) if self._shared else np.empty(shape, np.int32)
         states = np.empty((STEPS, len(self._rows), 1 + len(START)), np.int64)
         for step in range(STEPS):
             for i, row in enumerate(self._rows):

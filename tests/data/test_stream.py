@@ -18,8 +18,8 @@ from edge_jax.data.stream import Plan, _reference_row_windows, row_windows, usab
 
 def _docs(n, seed, tag=""):
     rng = random.Random(seed)
-    return [tag + f"{seed}-{i} " + "".join(rng.choice(string.ascii_lowercase + " \n") for _ in range(rng.randint(5, 600)))
-            for i in range(n)]
+    letters = string.ascii_lowercase + " \n"
+    return [tag + f"{seed}-{i} " + "".join(rng.choice(letters) for _ in range(rng.randint(5, 600))) for i in range(n)]
 
 
 def _jsonl(path, texts):

@@ -155,7 +155,8 @@ def test_a_streamed_corpus_trains_alike_on_two_processes_and_resumes_under_one(t
     assert sorted(got) == sorted(expected) == list(range(1, 9))
     for step in expected:
         assert got[step] == pytest.approx(expected[step], rel=RTOL), step
-    assert not (Path(data_dir) / "tokens").exists() or not any("jsonl-" in p for p in os.listdir(Path(data_dir) / "tokens"))
+    tokens = Path(data_dir) / "tokens"
+    assert not tokens.exists() or not any("jsonl-" in p for p in os.listdir(tokens))   # streamed: nothing prepared
 
 
 def test_two_processes_prepare_the_shards_one_process_would(tmp_path, data_dir):
