@@ -160,15 +160,16 @@ class FileReader:
             if not groups:
                 return
             at = first
-            for batch in pf.iter_batches(batch_size=PARQUET_BATCH, columns=[key], row_groups=groups):
-                for value in batch.column(0).to_pylist():
-                    if row <= at < stop:
-                        text = _text(value, f"{rel} row {at}", key)
-                        if text and self._keep(rel, at):
-                            yield text, at + 1
-                    at += 1
-                if at >= stop:
-                    return
+            for group in groups:   # one row group at a time: a reader holds one group's column, not a piece's
+                for batch in pf.iter_batches(batch_size=PARQUET_BATCH, columns=[key], row_groups=[group]):
+                    for value in batch.column(0).to_pylist():
+                        if row <= at < stop:
+                            text = _text(value, f"{rel} row {at}", key)
+                            if text and self._keep(rel, at):
+                                yield text, at + 1
+                        at += 1
+                    if at >= stop:
+                        return
 
     def _jsonl(self, piece: Piece, offset: int) -> Iterator[tuple[str, int]]:
         rel, key, path = self.rels[piece.unit], self.text_key, self.paths[piece.unit]
