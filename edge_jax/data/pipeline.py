@@ -42,9 +42,7 @@ def split_tokens(source: Source, split: str, tok, data_dir: str, where: str = ""
     """A split's flat token stream (random access; prepared under ``where`` or <data_dir>/tokens on
     first use). A combined dataset's train split is its parts' streams one after another."""
     where = where or os.path.join(data_dir or data_dir_default(), "tokens")
-    leaves = source.parts if source.parts and split == "train" else (source,)
-    if source.parts and split != "train":
-        leaves = source.parts[:1]
+    leaves = (source.parts if split == "train" else source.parts[:1]) if source.parts else (source,)
     return TokenShards([_prepared(leaf, split, tok, where) for leaf in leaves])
 
 
