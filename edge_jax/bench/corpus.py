@@ -145,8 +145,8 @@ def chunks(seed: int = 0, processes: int = 1) -> Iterator[list[str]]:
         return
     import concurrent.futures
     import multiprocessing
-    method = "fork" if "fork" in multiprocessing.get_all_start_methods() else "spawn"   # fork: no re-import of __main__
-    pool = concurrent.futures.ProcessPoolExecutor(processes, mp_context=multiprocessing.get_context(method))
+    # spawn, not fork: the parent may hold JAX's threads, and a forked child can deadlock on their locks
+    pool = concurrent.futures.ProcessPoolExecutor(processes, mp_context=multiprocessing.get_context("spawn"))
     try:
         ahead = collections.deque(pool.submit(chunk, seed, k) for k in range(2 * processes))
         for k in itertools.count(2 * processes):
