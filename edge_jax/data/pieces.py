@@ -23,6 +23,10 @@ class Piece:
         """``(text, position after it)`` of the piece's documents from ``position`` (default: its start)."""
         return self.reader.read(self, self.start if position is None else position)
 
+    def texts(self) -> Iterator[str]:
+        """The piece's documents from its start."""
+        return (text for text, _ in self.read())
+
 
 def split_counts(sizes: list[int], want: int) -> list[int]:
     """How many pieces to cut each of the files of ``sizes`` bytes into so that there are about

@@ -154,7 +154,7 @@ def _first_tokens(data_cfg, source: Source, split: str, tok, count: int) -> np.n
     leaf = source.parts[0] if source.parts else source
     out, have = [], 0
     for piece in leaf.pieces(split):
-        for ids in doc_tokens((text for text, _ in piece.read()), tok, tokenizer_dtype(tok)):
+        for ids in doc_tokens(piece.texts(), tok, tokenizer_dtype(tok)):
             out.append(ids)
             have += len(ids)
             if count and have >= count:

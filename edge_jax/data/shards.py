@@ -60,7 +60,7 @@ def doc_tokens(texts, tok, dtype) -> Iterator[np.ndarray]:
 def _write_piece(piece, tok, dtype, out) -> None:
     tmp = out.parent / f".{out.name}.{os.getpid()}.tmp"
     with tmp.open("wb") as f:
-        for ids in doc_tokens((text for text, _ in piece.read()), tok, dtype):
+        for ids in doc_tokens(piece.texts(), tok, dtype):
             f.write(ids.astype(dtype.newbyteorder("<"), copy=False).tobytes())
     tmp.rename(out)
 

@@ -97,7 +97,7 @@ class Source:
         return self.reader(split).pieces(want)
 
     def iter_documents(self, split: str) -> Iterator[str]:
-        return (text for piece in self.pieces(split) for text, _ in piece.read())
+        return (text for piece in self.pieces(split) for text in piece.texts())
 
     def documents(self, split: str) -> list[str]:
         return list(self.iter_documents(split))
@@ -134,6 +134,11 @@ class RecordReader:
             for j, r in enumerate(source.__getitems__(list(range(start, min(stop, start + 1024))))):
                 v = r[self.field]
                 yield (v.decode("utf-8", errors="replace") if isinstance(v, bytes) else str(v)), start + j + 1
+
+
+def _text_records(reader: Callable, split: str) -> Iterator[dict]:
+    """``{"text": ...}`` of every document of a split, in order (``load`` of a source that has only text)."""
+    return ({"text": text} for piece in reader(split).pieces(1) for text in piece.texts())
 
 
 @functools.lru_cache(maxsize=None)
@@ -271,8 +276,7 @@ def _tfds(name: str, data_dir: str, text_key: str) -> Source:
     def reader(split: str) -> RecordReader:
         return RecordReader(_tfds_split, (name, where, split), text_key)
 
-    def load(split: str) -> Iterator[dict]:
-        return ({"text": text} for piece in reader(split).pieces(1) for text, _ in piece.read())
+    load = functools.partial(_text_records, reader)
 
     return Source(f"tfds:{name}", _safe(f"tfds-{name}-{builder.info.version}-{text_key}"),
                   splits, load, reader=reader)
@@ -281,8 +285,7 @@ def _tfds(name: str, data_dir: str, text_key: str) -> Source:
 def _files(kind: str, pattern: str, text_key: str) -> Source:
     key, reader = file_source(kind, pattern, text_key)
 
-    def load(split: str) -> Iterator[dict]:
-        return ({"text": text} for piece in reader(split).pieces(1) for text, _ in piece.read())
+    load = functools.partial(_text_records, reader)
 
     return Source(f"{kind}:{pattern}", _safe(key), ("train", "validation"), load, reader=reader)
 

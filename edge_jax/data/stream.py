@@ -122,7 +122,7 @@ def _reference_row_windows(plan: Plan, row: int, count: int) -> list[np.ndarray]
     need = -(-count // K) * K * T + 1
     tokens, k = [], 0
     while sum(map(len, tokens)) < need:
-        texts = [text for text, _ in plan.piece(row, k).read()]
+        texts = list(plan.piece(row, k).texts())
         tokens += [np.append(np.asarray(plan.tok.encode(t), np.int32), plan.tok.eos_id) for t in texts]
         k += 1
     flat = np.concatenate(tokens)
