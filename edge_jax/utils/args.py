@@ -1,0 +1,107 @@
+"""Command-line values checked before any work starts: counts, ratios, and directories.
+
+The number checks are argparse ``type=`` callables, so a bad value is argparse's one-line usage
+error naming the flag (exit 2)::
+
+    p.add_argument("--seeds", type=count, default=3)          # an integer >= 1
+    p.add_argument("--limit", type=at_least(0), default=0)    # an integer >= 0 (0 = all)
+    p.add_argument("--vram", type=ratio, default=0.2)         # a number in (0, 1]
+
+The path checks run inside a command, before it writes anything, and raise a
+:class:`edge_jax.errors.UserError` naming the flag and the fix::
+
+    output_dir(args.out, "--out")        # a directory that exists or can be made, and is writable
+    input_dir(args.workdir, "--workdir")  # an existing directory
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import tempfile
+from pathlib import Path
+
+from edge_jax.errors import UserError
+
+
+class PathArgError(UserError, ValueError):
+    """A path given on the command line cannot be used as asked (one line naming the flag and the fix)."""
+
+
+def at_least(low: int):
+    """An argparse type: an integer >= ``low``."""
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"needs an integer, got {text!r}") from None
+        if value < low:
+            raise argparse.ArgumentTypeError(f"needs an integer >= {low}, got {value}")
+        return value
+    parse.__name__ = "integer"  # argparse names the type in its message
+    return parse
+
+
+count = at_least(1)
+
+
+def positive(text: str) -> float:
+    """An argparse type: a number > 0."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"needs a number, got {text!r}") from None
+    if not value > 0 or value != value or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"needs a finite number > 0, got {text}")
+    return value
+
+
+def ratio(text: str) -> float:
+    """An argparse type: a number in (0, 1]."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"needs a number in (0, 1], got {text!r}") from None
+    if not 0 < value <= 1:
+        raise argparse.ArgumentTypeError(f"needs a number in (0, 1], got {text}")
+    return value
+
+
+def output_dir(path: str | os.PathLike, flag: str) -> Path:
+    """``path`` as a directory this process may write into: an existing writable directory, or one
+    that can be made (its nearest existing parent is a writable directory). Nothing is created."""
+    p = Path(path)
+    if p.exists() and not p.is_dir():
+        raise PathArgError(f"{flag} {str(path)!r} is a file, not a directory; give a directory path")
+    probe = p
+    while not probe.exists():
+        if probe.parent == probe:
+            break
+        probe = probe.parent
+    if probe.exists() and not probe.is_dir():
+        raise PathArgError(f"{flag} {str(path)!r} lies under {str(probe)!r}, which is a file; give a directory path")
+    if not _writable(probe):
+        raise PathArgError(f"{flag} {str(path)!r}: {str(probe)!r} is not writable here; choose a writable "
+                           "directory or fix its permissions")
+    return p
+
+
+def _writable(directory: Path) -> bool:
+    """Whether a file can be made in ``directory`` (tried, since permissions, read-only mounts and
+    the superuser all answer differently)."""
+    try:
+        fd, name = tempfile.mkstemp(dir=directory, prefix=".edge_jax-write-probe-")
+    except OSError:
+        return False
+    os.close(fd)
+    os.unlink(name)
+    return True
+
+
+def input_dir(path: str | os.PathLike, flag: str) -> Path:
+    """``path`` as an existing directory to read."""
+    p = Path(path)
+    if not p.exists():
+        raise PathArgError(f"{flag} {str(path)!r} does not exist; check the path")
+    if not p.is_dir():
+        raise PathArgError(f"{flag} {str(path)!r} is a file, not a directory; give a directory path")
+    return p
