@@ -107,9 +107,11 @@ def base_config() -> ml_collections.ConfigDict:
     c.model = ml_collections.ConfigDict(_section_dict("model"))
     c.data = ml_collections.ConfigDict(_section_dict("data", DataKeys))
     c.train = ml_collections.ConfigDict(_section_dict("train", TrainKeys))
-    # Start from the params of another run's latest checkpoint (a training workdir); params the model
-    # has and the checkpoint lacks keep their initialisation if train.trainable trains them.
+    # Start from the params of another run's latest checkpoint (a training workdir), or of its checkpoint
+    # at step init_step (> 0); params the model has and the checkpoint lacks keep their initialisation
+    # if train.trainable trains them.
     c.init_from = ""
+    c.init_step = 0
     core = {"model", "data", "train", "mesh"}
     for name in dict.fromkeys(s.section for _, s in SECTIONS.items() if s.section not in core):
         c[name] = ml_collections.ConfigDict(_section_dict(name))
@@ -276,6 +278,16 @@ def validate(c: ml_collections.ConfigDict) -> None:
             raise ConfigError(f"{key} must be positive, got {val}")
     if t.steps == 0 and not c.init_from:
         raise ConfigError("train.steps=0 only evaluates another run: set init_from=<workdir> or train.steps > 0")
+    for key in ("log_every", "eval_every", "ckpt_every"):
+        if t[key] < 1:  # every k steps and the last; 0 would divide by zero after the first step
+            raise ConfigError(f"train.{key}={t[key]} must be >= 1 (the final step is always included; to do it "
+                              f"only then, set train.{key}={max(t.steps, 1)})")
+    if t.keep_ckpts < 1:
+        raise ConfigError(f"train.keep_ckpts={t.keep_ckpts} would keep no checkpoint of the trained model; set it "
+                          ">= 1 (the newest checkpoints are kept, the final step's among them)")
+    if c.init_step < 0 or (c.init_step and not c.init_from):
+        raise ConfigError(f"init_step={c.init_step} picks a checkpoint step of init_from=<workdir>: set init_from "
+                          "and a step >= 1, or init_step=0 for its latest")
     if d.stream not in ("auto", "on", "off"):
         raise ConfigError(unknown("data.stream value", d.stream, ("auto", "on", "off")))
     if d.workers < 0 or d.shuffle_windows < 1:

@@ -28,3 +28,11 @@ def unknown(kind: str, key: str, valid: Iterable[str]) -> str:
     hint = f"did you mean {', '.join(repr(n) for n in near)}?" if near else (
         f"valid: {', '.join(valid[:12])}{' ...' if len(valid) > 12 else ''}")
     return f"unknown {kind} {key!r}; {hint}"
+
+
+EXIT_PREEMPTED = 75  # sysexits' EX_TEMPFAIL: try again later (a job array or a requeue may retry on it)
+
+
+class Preempted(BaseException):
+    """SIGTERM stopped a run after it saved a checkpoint (not an Exception: nothing may treat it as a failed
+    unit and go on); the CLI prints its one line and exits with :data:`EXIT_PREEMPTED`."""

@@ -1,11 +1,17 @@
-"""Thin orbax wrapper: the train state and the data-iterator state saved together, atomically.
+"""Thin orbax wrapper: the train state and the data-iterator state saved together, atomically and verified.
 
 orbax writes each step to a temporary directory and renames it when complete, so a run killed
-mid-save leaves the previous checkpoints intact and the partial one is ignored on restart. A step
-that was written but can no longer be read (a disk fault, a file overwritten or truncated by hand) is
-passed over on resume: :meth:`Checkpointer.restore_newest` tries the steps newest first, resumes from
-the newest that reads, and moves the unreadable newer ones to ``<directory>.corrupt/<step>`` (kept for
-inspection, out of orbax's way, so the run can save those steps again).
+mid-save leaves the previous checkpoints intact and the partial one is ignored on restart. Saves are
+asynchronous: :meth:`Checkpointer.save` returns once the arrays are copied off the devices, and the
+files are written and committed in orbax's background thread while training goes on. Just before the
+rename every file of the step is hashed into its ``checksums.json`` (:mod:`edge_jax.train.checksums`).
+
+A step that was written but can no longer be read, or whose bytes no longer match their checksums (a
+disk fault, a file overwritten or truncated by hand), is passed over on resume:
+:meth:`Checkpointer.restore_newest` tries the steps newest first, resumes from the newest that is
+intact and reads, and moves the bad newer ones to ``<directory>.corrupt/<step>`` (kept for inspection,
+out of orbax's way, so the run can save those steps again). In a job of several processes they verify
+a share of the files each and agree on every step, so all of them resume from the same one.
 """
 from __future__ import annotations
 
@@ -16,7 +22,9 @@ from typing import Callable, TypeVar
 import jax
 import orbax.checkpoint as ocp
 
+from edge_jax import distributed
 from edge_jax.errors import UserError
+from edge_jax.train import checksums
 
 T = TypeVar("T")
 
@@ -29,8 +37,10 @@ class Checkpointer:
     def __init__(self, directory: str, keep: int, every: int):
         self.directory = os.path.abspath(directory)
         options = ocp.CheckpointManagerOptions(max_to_keep=keep, save_interval_steps=max(every, 1),
-                                               create=True, cleanup_tmp_directories=True)
-        self._mgr = ocp.CheckpointManager(self.directory, options=options, item_names=("state", "data"))
+                                               create=True, cleanup_tmp_directories=True,
+                                               enable_async_checkpointing=True,
+                                               temporary_path_class=checksums.ChecksummedRename)
+        self._mgr = ocp.CheckpointManager(self.directory, options=options, item_names=("state", "data", "health"))
 
     def latest_step(self) -> int | None:
         return self._mgr.latest_step()
@@ -38,9 +48,20 @@ class Checkpointer:
     def all_steps(self) -> list[int]:
         return list(self._mgr.all_steps())
 
-    def save(self, step: int, state, data_state: dict, force: bool = False) -> bool:
-        args = ocp.args.Composite(state=ocp.args.StandardSave(state), data=ocp.args.JsonSave(data_state))
-        return self._mgr.save(step, args=args, force=force)
+    def save(self, step: int, state, data_state: dict, force: bool = False, metrics: dict | None = None) -> bool:
+        """Start saving ``step`` (``metrics``: numbers kept beside it, see :meth:`metrics`); returns once the
+        arrays are copied off the devices, and the files are written in the background (:meth:`wait`)."""
+        items = {"state": ocp.args.StandardSave(state), "data": ocp.args.JsonSave(data_state)}
+        if metrics is not None:
+            items["health"] = ocp.args.JsonSave(metrics)
+        return self._mgr.save(step, args=ocp.args.Composite(**items), force=force)
+
+    def metrics(self, step: int) -> dict:
+        """The ``metrics`` saved with ``step`` ({} for none, or for a step that cannot be read)."""
+        try:
+            return dict(self._mgr.restore(step, args=ocp.args.Composite(health=ocp.args.JsonRestore()))["health"])
+        except Exception:  # noqa: BLE001 - a step saved without them, or damaged, has no usable metrics
+            return {}
 
     def restore(self, step: int, abstract_state):
         """``abstract_state``: a tree of ``jax.ShapeDtypeStruct`` carrying the target shardings."""
@@ -72,31 +93,51 @@ class Checkpointer:
                        move: bool = True) -> tuple[int, T] | None:
         """``(step, restore(step))`` for the newest step that ``restore`` reads, None with no checkpoint.
 
-        A step whose restore raises anything but a :class:`UserError` (a wrong config is the user's to
-        fix, not a damaged file) is unreadable: one warning line names it, and once an older step has
-        been read the unreadable newer ones are moved aside (``move``: the lead process). With no
-        readable step at all nothing is moved and :class:`CheckpointError` says which directory to
-        delete to start over."""
+        A step whose files do not match their checksums, or whose restore raises anything but a
+        :class:`UserError` (a wrong config is the user's to fix, not a damaged file), is damaged: one
+        warning line names it, and once an older step has been read the damaged newer ones are moved
+        aside (``move``: the lead process). A step saved without checksums loads with one note. With no
+        intact step at all nothing is moved and :class:`CheckpointError` says which directory to delete
+        to start over."""
+        ok = (None, checksums.UNVERIFIED)
         bad: list[tuple[int, str]] = []
         for step in sorted(self.all_steps(), reverse=True):
-            try:
-                value = restore(step)
-            except UserError:
-                raise
-            except Exception as e:  # noqa: BLE001 - any failure to read a step means the step is damaged
-                lines = str(e).strip().splitlines()
-                bad.append((step, f"{type(e).__name__}: {lines[0][:200] if lines else '(no message)'}"))
+            why = self.check(step)
+            value = None
+            if why in ok:
+                try:
+                    value = restore(step)
+                except UserError:
+                    raise
+                except Exception as e:  # noqa: BLE001 - any failure to read a step means the step is damaged
+                    lines = str(e).strip().splitlines()
+                    why = f"{type(e).__name__}: {lines[0][:200] if lines else '(no message)'}"
+            # every process resumes from the same step: one that failed anywhere is bad everywhere
+            failed = [w for w in distributed.gather(f"restore {self.directory} {step}", why) if w not in ok]
+            if failed:
+                bad.append((step, failed[0]))
                 continue
-            for bad_step, why in bad:
+            if why == checksums.UNVERIFIED:
+                warn(f"note: checkpoint step {step} in {self.directory} has no checksums (written by an older "
+                     "edge_jax); loaded unverified")
+            for bad_step, reason in bad:
                 where = self._move_aside(bad_step) if move else os.path.join(self.directory, str(bad_step))
-                warn(f"warning: checkpoint step {bad_step} in {self.directory} is unreadable ({why}); "
+                warn(f"warning: checkpoint step {bad_step} in {self.directory} is damaged ({reason}); "
                      f"using step {step}{f', the bad step kept in {where}' if move else ''}")
             return step, value
         if bad:
             steps = ", ".join(f"step {s}: {why}" for s, why in bad)
-            raise CheckpointError(f"no readable checkpoint in {self.directory} ({steps}); delete that directory "
+            raise CheckpointError(f"no intact checkpoint in {self.directory} ({steps}); delete that directory "
                                   "to start the run over")
         return None
+
+    def check(self, step: int) -> str | None:
+        """Why the step's files do not match their checksums, :data:`checksums.UNVERIFIED` for a step saved
+        without them, None when intact; each process of a job hashes its share of the files."""
+        share = (distributed.process_index(), distributed.process_count())
+        found = distributed.gather(f"verify {self.directory} {step}",
+                                   checksums.verify(os.path.join(self.directory, str(step)), share))
+        return next((w for w in found if w not in (None, checksums.UNVERIFIED)), found[0])
 
     def _move_aside(self, step: int) -> str:
         """Move the step's directory to ``<directory>.corrupt/<step>[.k]`` and make orbax forget it."""

@@ -16,6 +16,7 @@ import ml_collections
 
 from edge_jax.config import ConfigError
 from edge_jax.models.scan import like_layout
+from edge_jax.train import checksums
 from edge_jax.train.checkpoint import Checkpointer
 from edge_jax.train.optim import ALL, param_path, trainable_pattern
 from edge_jax.train.setup import build
@@ -27,9 +28,9 @@ def _flat(tree) -> dict:
     return {param_path(path): leaf for path, leaf in jax.tree_util.tree_flatten_with_path(tree)[0]}
 
 
-def restore_params(workdir: str):
-    """``(params, config)`` of the newest readable checkpoint in a training workdir (a damaged newer one is
-    named on stderr and left in place)."""
+def restore_params(workdir: str, step: int = 0):
+    """``(params, config)`` of the newest intact checkpoint in a training workdir (a damaged newer one is
+    named on stderr and left in place), or of its checkpoint at ``step`` (> 0), which must be intact."""
     ckpt_dir = os.path.join(workdir, "checkpoints")
     if not os.path.isdir(ckpt_dir):
         raise ConfigError(f"init_from={workdir!r} has no checkpoints; train the base there first "
@@ -39,8 +40,17 @@ def restore_params(workdir: str):
     ckpt = Checkpointer(ckpt_dir, 1, 1)
     abstract = abstract_train_state(run.model, run.tx, run.mesh)[0].params
     try:
-        found = ckpt.restore_newest(lambda step: ckpt.restore_params(step, abstract), move=False,
-                                    warn=lambda line: print(line, file=sys.stderr, flush=True))
+        if step:
+            if step not in ckpt.all_steps():
+                raise ConfigError(f"init_from={workdir!r} has no checkpoint at init_step={step}; its steps: "
+                                  f"{', '.join(map(str, ckpt.all_steps())) or 'none'}")
+            why = ckpt.check(step)
+            if why not in (None, checksums.UNVERIFIED):
+                raise ConfigError(f"init_from={workdir!r} step {step} is damaged ({why}); pick another init_step")
+            found = step, ckpt.restore_params(step, abstract)
+        else:
+            found = ckpt.restore_newest(lambda s: ckpt.restore_params(s, abstract), move=False,
+                                        warn=lambda line: print(line, file=sys.stderr, flush=True))
     finally:
         ckpt.close()
     if found is None:

@@ -18,15 +18,17 @@ import jax
 from edge_jax import distributed
 from edge_jax.config import flat_json, schema_defaults, upgrade_config
 from edge_jax.data import make_eval_batches, make_train_iter
-from edge_jax.errors import UserError
+from edge_jax.errors import Preempted, UserError
 from edge_jax.models.inputs import with_host_inputs
 from edge_jax.registry import RUNNERS, SECTIONS
 from edge_jax.sharding import batch_sharding, on_mesh, process_block, process_rows, to_global
+from edge_jax.train import divergence
 from edge_jax.train.checkpoint import Checkpointer
 from edge_jax.train.hooks import EvalContext, RunContext, prepare, run_evaluators
 from edge_jax.train.init_from import merge_params, restore_params
 from edge_jax.train.metrics import MetricsWriter, read_jsonl
 from edge_jax.train.optim import ALL, group_names, rename_groups, trained_count
+from edge_jax.train.preemption import PreemptionWatch
 from edge_jax.train.setup import build, check_tokenizer
 from edge_jax.train.state import abstract_train_state, create_train_state
 from edge_jax.train.step import make_eval_step, make_train_step
@@ -92,6 +94,7 @@ def train_and_evaluate(config, workdir: str, devices=None) -> dict:
     resumed = ckpt.restore_newest(lambda step: _resume(ckpt, step, abstract, workdir, t.steps), move=lead,
                                   warn=lambda line: print(line, file=sys.stderr, flush=True))
     start = resumed[0] if resumed else 0
+    losses = divergence.LossWatch(ckpt.metrics(start).get("min_loss", math.inf) if resumed else math.inf)
     if resumed:
         state, data_state = resumed[1]
         if data_state is not None:
@@ -99,7 +102,7 @@ def train_and_evaluate(config, workdir: str, devices=None) -> dict:
     else:
         state = create_train_state(run.model, run.tx, run.mesh, cfg.seed)[0]
         if cfg.init_from:
-            state = state.replace(params=params_from(cfg.init_from, state.params, run.tokenizer, cfg))
+            state = state.replace(params=params_from(cfg.init_from, state.params, run.tokenizer, cfg, cfg.init_step))
     run = prepare(RunContext(run, state.params, workdir, lead))
     trained, total = trained_count(state.params, t.trainable)
     if t.steps and not trained:
@@ -118,32 +121,38 @@ def train_and_evaluate(config, workdir: str, devices=None) -> dict:
     timed_steps, timed_s, last, final, result = 0, 0.0, {}, None, {}
     distributed.barrier("train")  # every process ready: the first step's collectives meet within seconds
     try:
-        for step in range(start + 1, t.steps + 1):
-            t0 = time.perf_counter()
-            batch = with_host_inputs(run.model.cfg, next(train_iter))
-            state, metrics = train_step(state, to_global(batch, data_sharding))
-            metrics = {k: float(v) for k, v in metrics.items()}
-            dt = time.perf_counter() - t0
-            if step > start + 1:  # the first step includes compilation
-                timed_steps, timed_s = timed_steps + 1, timed_s + dt
-            if not (math.isfinite(metrics["loss"]) and math.isfinite(metrics["grad_norm"])):
-                ckpt.wait()
-                good = ckpt.latest_step()
-                saved = "no checkpoint written yet" if good is None else f"last good checkpoint is step {good}"
-                raise TrainingError(
-                    f"non-finite loss/grad norm ({metrics['loss']}, {metrics['grad_norm']}) at step {step}; "
-                    f"{saved}; lower train.lr or raise train.warmup_steps and rerun")
-            metrics["step_time_s"] = dt
-            metrics["tokens_per_s"] = tokens_per_step / dt
-            last = metrics
-            if step % t.log_every == 0 or step == t.steps:
-                writer.write(step, "train", metrics)
-            writer.progress(step, {"loss": metrics["loss"], "lr": metrics["lr"]})
-            if step % t.eval_every == 0 or step == t.steps:
-                final = evaluate(eval_step, state.params, eval_batches, data_sharding)
-                writer.write(step, "eval", final)
-            if step % t.ckpt_every == 0 or step == t.steps:
-                ckpt.save(step, state, train_iter.get_state(), force=step == t.steps)
+        with PreemptionWatch() as watch:
+            for step in range(start + 1, t.steps + 1):
+                t0 = time.perf_counter()
+                batch = with_host_inputs(run.model.cfg, next(train_iter))
+                state, metrics = train_step(state, to_global(batch, data_sharding))
+                metrics = {k: float(v) for k, v in metrics.items()}
+                dt = time.perf_counter() - t0
+                if step > start + 1:  # the first step includes compilation
+                    timed_steps, timed_s = timed_steps + 1, timed_s + dt
+                if not (math.isfinite(metrics["loss"]) and math.isfinite(metrics["grad_norm"])):
+                    ckpt.wait()
+                    raise TrainingError(divergence.message(ckpt, workdir, step, metrics["loss"], metrics["grad_norm"],
+                                                           t.lr))
+                metrics["step_time_s"] = dt
+                metrics["tokens_per_s"] = tokens_per_step / dt
+                last = metrics
+                if step % t.log_every == 0 or step == t.steps:
+                    writer.write(step, "train", metrics)
+                writer.progress(step, {"loss": metrics["loss"], "lr": metrics["lr"]})
+                if step % t.eval_every == 0 or step == t.steps:
+                    final = evaluate(eval_step, state.params, eval_batches, data_sharding)
+                    writer.write(step, "eval", final)
+                saved = losses.update(metrics["loss"])
+                periodic = step % t.ckpt_every == 0 or step == t.steps
+                if periodic:
+                    ckpt.save(step, state, train_iter.get_state(), force=step == t.steps, metrics=saved)
+                if watch.reached(step):  # SIGTERM: every process saves this step and stops
+                    if not periodic:
+                        ckpt.save(step, state, train_iter.get_state(), force=True, metrics=saved)
+                    ckpt.wait()
+                    raise Preempted(f"stopped by SIGTERM after step {step} of {t.steps}; its checkpoint is in "
+                                    f"{ckpt.directory}: rerun the same command to resume")
         ckpt.wait()
         if final is None:  # nothing left to train: the run had already finished
             final = evaluate(eval_step, state.params, eval_batches, data_sharding)
@@ -198,11 +207,11 @@ def _restore(ckpt, step: int, abstract, workdir: str):
                         "older edge_jax); resume it with the config and commit that wrote it, or use a new --workdir")
 
 
-def params_from(workdir: str, params, tokenizer, config):
-    """``params`` with every param of ``workdir``'s latest checkpoint copied in (see init_from); the
-    tokenizer must be the one that run was trained with."""
+def params_from(workdir: str, params, tokenizer, config, step: int = 0):
+    """``params`` with every param of ``workdir``'s latest checkpoint (or its checkpoint at ``step`` > 0)
+    copied in (see init_from); the tokenizer must be the one that run was trained with."""
     check_tokenizer(workdir, tokenizer, config)
-    return merge_params(params, restore_params(workdir)[0], workdir, config.train.trainable)
+    return merge_params(params, restore_params(workdir, step)[0], workdir, config.train.trainable)
 
 
 def model_eval_batches(run, split: str, num_batches: int) -> list[dict]:

@@ -37,7 +37,7 @@ def test_a_damaged_latest_checkpoint_falls_back_to_the_previous_one(tiny_config,
     result = train_and_evaluate(tiny_config(**{"train.steps": 12}), wd)
     warnings = [line for line in capfd.readouterr().err.splitlines() if line.startswith("warning: checkpoint")]
     assert len(warnings) == 1
-    assert "checkpoint step 8 in " in warnings[0] and "is unreadable" in warnings[0]
+    assert "checkpoint step 8 in " in warnings[0] and "is damaged" in warnings[0]
     assert "using step 4, the bad step kept in " in warnings[0] and "checkpoints.corrupt" in warnings[0]
     assert os.path.isdir(os.path.join(wd, "checkpoints.corrupt", "8"))
     saved = sorted(int(d) for d in os.listdir(os.path.join(wd, "checkpoints")) if d.isdigit())
@@ -56,7 +56,7 @@ def test_no_readable_checkpoint_is_one_line_naming_the_directory(tiny_config, tm
     with pytest.raises(CheckpointError) as e:
         train_and_evaluate(tiny_config(**{"train.steps": 12}), wd)
     message = str(e.value)
-    assert "\n" not in message and message.startswith(f"no readable checkpoint in {os.path.join(wd, 'checkpoints')} ")
+    assert "\n" not in message and message.startswith(f"no intact checkpoint in {os.path.join(wd, 'checkpoints')} ")
     assert "step 8: " in message and "step 4: " in message and "delete that directory" in message
     assert not os.path.exists(os.path.join(wd, "checkpoints.corrupt"))  # nothing moved
 
@@ -64,7 +64,8 @@ def test_no_readable_checkpoint_is_one_line_naming_the_directory(tiny_config, tm
 def test_a_divergence_before_the_first_checkpoint_says_so(tiny_config, tmp_path):
     cfg = tiny_config(**{"train.steps": 40, "train.lr": 1e6, "train.warmup_steps": 1, "train.clip_norm": 0.0,
                          "train.ckpt_every": 1000})
-    with pytest.raises(TrainingError, match=r"at step \d+; no checkpoint written yet; lower train.lr"):
+    with pytest.raises(TrainingError, match=r"at step \d+; no checkpoint to go back to: start over with a new "
+                                            r"--workdir and a lower train.lr \(e.g. --config.train.lr=5e\+05\)"):
         train_and_evaluate(cfg, str(tmp_path / "nan"))
 
 
@@ -89,5 +90,5 @@ def test_init_from_a_workdir_with_a_damaged_latest_step_uses_the_previous_one(ti
     params, _ = restore_params(wd)
     assert params and "warning: checkpoint step 8 in " in capfd.readouterr().err
     _damage(wd, 4)
-    with pytest.raises(CheckpointError, match="no readable checkpoint in "):
+    with pytest.raises(CheckpointError, match="no intact checkpoint in "):
         restore_params(wd)

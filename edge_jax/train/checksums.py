@@ -1,0 +1,101 @@
+"""Checksums that prove a checkpoint step is intact: one xxh3-128 digest per file, committed with the step.
+
+orbax writes a step into ``<step>.orbax-checkpoint-tmp-*`` and renames it to ``<step>`` once every
+file is written (:class:`ChecksummedRename` is the class that does that rename): just before the
+rename, still in orbax's background commit thread, every file of the step is hashed and the digests go
+into ``<step>/checksums.json``. So a step either has no final name yet or carries the digests of
+exactly the bytes that were written, and :func:`verify` can later tell a step whose bytes changed on
+disk (a flipped bit, a file overwritten by hand) from an intact one, which orbax alone cannot when the
+changed bytes still parse.
+
+Each process of a job hashes every N-th file (:func:`verify` splits the work by ``share``), so
+verifying costs one read of the step spread over the hosts.
+"""
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+from pathlib import Path
+
+import xxhash
+from orbax.checkpoint._src.path import atomicity
+
+FILE = "checksums.json"
+ALGORITHM = "xxh3_128"
+CHUNK = 8 << 20
+UNVERIFIED = "saved without checksums"
+# orbax rewrites these while it commits the step (after the digests are taken): not hashed
+NOT_HASHED = frozenset({FILE, "_CHECKPOINT_METADATA", "commit_success.txt"})
+
+
+def digest(path: Path) -> str:
+    """The xxh3-128 hex digest of a file's bytes."""
+    h = xxhash.xxh3_128()
+    with open(path, "rb") as f:
+        while chunk := f.read(CHUNK):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def digest_reference(path: Path) -> str:
+    """:func:`digest` of the whole file read at once (the naive form the chunked one is tested against)."""
+    return xxhash.xxh3_128(Path(path).read_bytes()).hexdigest()
+
+
+def step_files(step_dir: Path) -> list[str]:
+    """The step's files, as sorted paths relative to ``step_dir``, that the checksums cover."""
+    out = []
+    for root, _, files in os.walk(step_dir):
+        for name in files:
+            rel = os.path.relpath(os.path.join(root, name), step_dir)
+            if rel not in NOT_HASHED:
+                out.append(rel)
+    return sorted(out)
+
+
+def write(step_dir: Path) -> None:
+    """Hash every file of ``step_dir`` into ``step_dir/checksums.json`` (the directory is not yet
+    visible under its final name, so a plain write is enough; it is fsynced before the rename)."""
+    step_dir = Path(step_dir)
+    files = {rel: [os.path.getsize(step_dir / rel), digest(step_dir / rel)] for rel in step_files(step_dir)}
+    with open(step_dir / FILE, "w") as f:
+        json.dump({"algorithm": ALGORITHM, "files": files}, f)
+        f.flush()
+        os.fsync(f.fileno())
+
+
+def verify(step_dir: Path, share: tuple[int, int] = (0, 1)) -> str | None:
+    """Why ``step_dir`` is not intact (a missing, resized or changed file, named), None when its files match
+    their digests, or :data:`UNVERIFIED` for a step written without checksums (an older edge_jax).
+    ``share=(i, n)``: check only every n-th listed file from the i-th (one process's part of a job)."""
+    step_dir = Path(step_dir)
+    try:
+        with open(step_dir / FILE) as f:
+            listed = json.load(f)["files"]
+    except FileNotFoundError:
+        return UNVERIFIED
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        return f"its {FILE} is unreadable ({type(e).__name__})"
+    i, n = share
+    for rel in sorted(listed)[i::n]:
+        size, want = listed[rel]
+        path = step_dir / rel
+        if not path.is_file():
+            return f"{rel} is missing"
+        if os.path.getsize(path) != size:
+            return f"{rel} has {os.path.getsize(path)} bytes, {size} were written"
+        if digest(path) != want:
+            return f"{rel} does not match its checksum"
+    return None
+
+
+class ChecksummedRename(atomicity.AtomicRenameTemporaryPath):
+    """orbax's atomic-rename commit with :func:`write` run on the finished files of a step just before its
+    rename (orbax commits each item of a step, ``state`` and ``data``, the same way inside the step's
+    temporary directory: those are covered by the step's checksums, not given their own)."""
+
+    async def finalize(self, *args, **kwargs):
+        if atomicity.TMP_DIR_SUFFIX not in Path(self.get()).parent.name:  # the step, not one of its items
+            await asyncio.to_thread(write, Path(self.get()))
+        return await super().finalize(*args, **kwargs)
