@@ -1,0 +1,63 @@
+"""SIGTERM (a preemption, a time limit) saves a checkpoint at the next step and exits 75; rerunning resumes exactly."""
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+from conftest import tiny_overrides
+
+from edge_jax.errors import EXIT_PREEMPTED
+from edge_jax.train.metrics import read_jsonl
+
+STEPS = 30
+EXTRA = {"train.steps": STEPS, "train.ckpt_every": 1000, "train.eval_every": 1000}
+
+
+def _losses(workdir):
+    return {r["step"]: r["loss"] for r in read_jsonl(os.path.join(workdir, "metrics.jsonl")) if r["kind"] == "train"}
+
+
+def _argv(workdir):
+    flags = [f"--config.{k}={v}" for k, v in tiny_overrides(**EXTRA).items()]
+    return [sys.executable, "-m", "edge_jax.cli", "train", "--config", "configs/lm.py:size=tiny",
+            "--workdir", workdir, *flags]
+
+
+def test_sigterm_saves_the_next_step_and_a_rerun_resumes_with_equal_losses(tiny_config, tmp_path):
+    from edge_jax.train.loop import train_and_evaluate
+    whole = str(tmp_path / "whole")
+    train_and_evaluate(tiny_config(**EXTRA), whole)
+    wd = str(tmp_path / "cut")
+    proc = subprocess.Popen(_argv(wd), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 300
+    while len(_losses(wd) if os.path.exists(os.path.join(wd, "metrics.jsonl")) else {}) < 5:
+        assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGTERM)
+    out, err = proc.communicate(timeout=300)
+    assert proc.returncode == EXIT_PREEMPTED, err[-2000:]
+    line = [x for x in err.splitlines() if x.startswith("edge-jax: preempted: ")]
+    assert len(line) == 1 and "Traceback" not in err
+    cut = max(_losses(wd))
+    assert f"stopped by SIGTERM after step {cut} of {STEPS}; its checkpoint is in " in line[0]
+    assert cut < STEPS and sorted(int(d) for d in os.listdir(os.path.join(wd, "checkpoints"))) == [cut]
+    assert not os.path.exists(os.path.join(wd, "final_metrics.json"))
+    # the rerun recomputes no step: it starts at cut + 1, and every loss equals the uninterrupted run's
+    done = subprocess.run(_argv(wd), capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert _losses(wd) == _losses(whole)
+
+
+@pytest.mark.parametrize("signalled", [False, True])
+def test_the_watch_reports_a_signal_only_while_open(signalled):
+    from edge_jax.train.preemption import PreemptionWatch
+    before = signal.getsignal(signal.SIGTERM)
+    with PreemptionWatch() as watch:
+        assert not watch.reached(1)
+        if signalled:
+            os.kill(os.getpid(), signal.SIGTERM)
+            time.sleep(0.1)
+        assert watch.reached(2) is signalled
+    assert signal.getsignal(signal.SIGTERM) is before
