@@ -61,3 +61,25 @@ def test_the_watch_reports_a_signal_only_while_open(signalled):
             time.sleep(0.1)
         assert watch.reached(2) is signalled
     assert signal.getsignal(signal.SIGTERM) is before
+
+
+def test_a_sigkill_during_async_saves_leaves_only_intact_steps(tiny_config, tmp_path):
+    """With a save started every step, the kill lands while one is being written: what is left under a
+    step's name verifies, and the run resumes from it."""
+    from edge_jax.train import checksums
+    from edge_jax.train.loop import train_and_evaluate
+    wd = str(tmp_path / "killed")
+    argv = _argv(wd) + ["--config.train.ckpt_every=1", "--config.train.keep_ckpts=100"]
+    proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 300
+    while len(_losses(wd) if os.path.exists(os.path.join(wd, "metrics.jsonl")) else {}) < 6:
+        assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
+        time.sleep(0.02)
+    proc.kill()
+    proc.wait(timeout=60)
+    steps = sorted(int(d) for d in os.listdir(os.path.join(wd, "checkpoints")) if d.isdigit())
+    assert steps
+    for step in steps:
+        assert checksums.verify(os.path.join(wd, "checkpoints", str(step))) is None, step
+    result = train_and_evaluate(tiny_config(**{**EXTRA, "train.ckpt_every": 1, "train.keep_ckpts": 100}), wd)
+    assert result["steps"] == STEPS and os.path.isdir(os.path.join(wd, "checkpoints", str(STEPS)))
