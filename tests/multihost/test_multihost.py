@@ -174,3 +174,32 @@ def test_two_processes_prepare_the_shards_one_process_would(tmp_path, data_dir):
         assert sorted(os.listdir(a)) == sorted(os.listdir(b))
         for f in os.listdir(a):
             assert (a / f).read_bytes() == (b / f).read_bytes(), f
+
+
+def test_sigterm_to_one_process_stops_every_process_at_one_saved_step(tmp_path, data_dir):
+    """JAX's preemption service: process 1 gets SIGTERM, both save the same step and exit 75; the job resumes."""
+    wd = tmp_path / "run"
+    run = [sys.executable, "-m", "edge_jax.cli", "train", *TRAIN, "--workdir", str(wd),
+           "--config.train.steps=400", "--config.train.ckpt_every=400", "--config.train.eval_every=400"]
+    script = ("import os, signal, subprocess, sys, time\n"
+              f"p = subprocess.Popen({run!r})\n"
+              "if os.environ['JAX_PROCESS_ID'] == '1':\n"
+              "    while not os.path.exists(os.path.join(sys.argv[1], 'metrics.jsonl')): time.sleep(0.1)\n"
+              "    p.send_signal(signal.SIGTERM)\n"
+              "sys.exit(p.wait())\n")
+    out = subprocess.run([sys.executable, "-m", "edge_jax.cli", "launch", "--processes", "2", "--devices-per-process",
+                          "2", "--", sys.executable, "-c", script, str(wd)], cwd=ROOT,
+                         env=job_env(data_dir), capture_output=True, text=True, timeout=600)
+    assert out.returncode == 75, out.stdout[-3000:]
+    stopped = [line.split("after step ")[1].split()[0] for line in out.stdout.splitlines()
+               if "edge-jax: preempted: stopped by SIGTERM after step " in line]
+    assert len(stopped) == 2 and stopped[0] == stopped[1], out.stdout[-3000:]
+    cut = int(stopped[0])
+    assert os.listdir(wd / "checkpoints") == [str(cut)] and max(train_losses(wd)) == cut
+    more = [*TRAIN, f"--config.train.steps={cut + 3}", "--config.train.ckpt_every=400", "--config.train.eval_every=400"]
+    launch(2, 2, ["edge-jax", "train", *more, "--workdir", str(wd)], data_dir)
+    launch(1, 4, ["edge-jax", "train", *more, "--workdir", str(tmp_path / "whole")], data_dir)
+    expected, got = train_losses(tmp_path / "whole"), train_losses(wd)
+    assert sorted(got) == sorted(expected) == list(range(1, cut + 4))
+    for step in expected:
+        assert got[step] == pytest.approx(expected[step], rel=RTOL), step
