@@ -50,6 +50,8 @@ CASES = [
     Case("cache_policy_unknown", ["cache", "run", "--config", "configs/cache.py", "--workdir", "{workdir}",
                                   "--config.cache.policy=lruu"],
          "unknown cache.policy value 'lruu'; did you mean 'lru'"),
+    Case("moe_calibrate_dense_workdir", ["moe", "calibrate", "--workdir", "{base}"],
+         "holds a dense model (model.moe_experts=0); calibrate and trace a MoE run", base="trained"),
     Case("analyze_dir_not_a_workdir", ["analyze", "logit-lens", "--workdir", "{tmp}", "--out", "{tmp}/o"],
          "edge-jax train"),
 ]

@@ -56,6 +56,8 @@ CASES = [
     # starting from another run
     Case("init_from_dir_without_checkpoints", train("--config.init_from={tmp}/empty"),
          ("init_from=", "empty' has no checkpoints"), setup=make_dir("empty"), changes=CLAIMED),
+    Case("init_from_dir_missing", train("--config.init_from={tmp}/nope"), ("init_from=", "nope' has no checkpoints"),
+         changes=CLAIMED),
     Case("init_from_other_shapes", train("--config.init_from={base}", "--config.model.d_ff=256"),
          ("init_from=", "has shape"), base="trained", changes=CLAIMED),
     Case("init_from_other_tokenizer", train("--config.init_from={base}"), "was trained with tokenizer",
