@@ -7,7 +7,11 @@
     edge-jax grid ablations/NAME.py --set train.steps=50
 
 Mount with `command.add_arguments(subparser)` and dispatch to `command.run(args)`.
-Exit status: 0 all done, 1 some cell failed, 2 bad arguments or ablation file.
+Every argument is checked before anything is written or trained (the ablation file and its preset, each
+cell's config with the --set overrides, --out, --cell): a bad one raises a one-line
+:class:`edge_jax.errors.UserError`, which the CLI prints with exit status 2.
+Exit status: 0 all done (units that another process holds count as done: it writes their records),
+1 some cell failed, 2 bad arguments or ablation file.
 """
 from __future__ import annotations
 
@@ -19,13 +23,15 @@ from pathlib import Path
 from typing import Any
 
 from edge_jax import distributed
+from edge_jax.errors import ConfigError, UserError, one_line
 from edge_jax.grid import plots, runner, spec, tables
+from edge_jax.utils.args import at_least, count, output_dir
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("ablation", help="ablation file, e.g. ablations/NAME.py")
     parser.add_argument("--preset", default="tiny", help="grid preset (default: tiny)")
-    parser.add_argument("--seeds", type=int, default=3, metavar="N",
+    parser.add_argument("--seeds", type=count, default=3, metavar="N",
                         help="run seeds 0..N-1 (default: 3, the fewest the paired test in the tables can use)")
     parser.add_argument("--out", default=None, metavar="DIR",
                         help="output dir (default: results/<name>; "
@@ -44,7 +50,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     mode = parser.add_mutually_exclusive_group()
     mode.add_argument("--list", action="store_true",
                       help="print the cell x seed units with their index K and exit")
-    mode.add_argument("--cell", type=int, default=None, metavar="K",
+    mode.add_argument("--cell", type=at_least(0), default=None, metavar="K",
                       help="run only unit K of --list (for job arrays)")
     mode.add_argument("--tables-only", action="store_true",
                       help="only rebuild table.md, table.csv and curves.png from records")
@@ -53,7 +59,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                            "results/<name>/<preset>_compile.md (docs/compile.md)")
     parser.add_argument("--topology", default=None, help="with --compile-only: a TPU type (v5p-128, v5e-256 ...), "
                         "cpu:N or local")
-    parser.add_argument("--slices", type=int, default=1, help="with --compile-only: TPU slices over DCN")
+    parser.add_argument("--slices", type=count, default=1, help="with --compile-only: TPU slices over DCN")
     parser.add_argument("--mesh", default=None, help="with --compile-only: AXIS=SIZE over data, fsdp, tensor "
                         "(default: data = slices, fsdp = the other devices)")
 
@@ -76,7 +82,7 @@ def parse_assignment(text: str) -> tuple[str, Any]:
     key, sep, value = text.partition("=")
     key = key.strip()
     if not sep or not key:
-        raise ValueError(f"--set expects KEY=VALUE, got {text!r}")
+        raise ConfigError(f"--set expects KEY=VALUE, got {text!r}; e.g. --set train.steps=200")
     value = value.strip()
     lowered = {"true": True, "false": False, "none": None, "null": None}
     if value.lower() in lowered:
@@ -89,45 +95,38 @@ def parse_assignment(text: str) -> tuple[str, Any]:
 
 def run(args: argparse.Namespace, *, train_fn: runner.TrainFn | None = None,
         load_config: runner.LoadConfigFn | None = None, log=print) -> int:
-    def error(msg: str) -> int:
-        print(f"error: {msg}", file=sys.stderr)
-        return 2
-
-    try:
-        grid = spec.load_grid(args.ablation, args.preset)
-        units = runner.plan(grid, args.seeds)
-        extra = dict(parse_assignment(a) for a in args.overrides)
-    except ValueError as e:   # GridSpecError is a ValueError
-        return error(str(e))
+    grid = spec.load_grid(args.ablation, args.preset)
+    units = runner.plan(grid, args.seeds)
+    extra = dict(parse_assignment(a) for a in args.overrides)
     if "seed" in extra:
-        return error("--set seed=... is not allowed; use --seeds")
+        raise ConfigError("--set seed=... is not allowed; use --seeds")
+    if not args.compile_only and (args.topology or args.mesh or args.slices != 1):
+        raise UserError("--topology, --slices and --mesh apply only with --compile-only; add it or drop them")
+    load_config = load_config or runner.default_load_config
+    if args.compile_only:
+        return _compile_only(grid, args, extra, load_config, log)
     out = Path(args.out) if args.out else default_out(grid)
-
-    if getattr(args, "compile_only", False):
-        return _compile_only(grid, args, extra, load_config, log, error)
     if args.list:
         for u in units:
             done = runner.record_path(out, u).exists()
             log(f"{u.index}\t{u.cell}\t{u.seed}\t{'recorded' if done else 'missing'}")
         return 0
     if args.cell is not None:
-        if not 0 <= args.cell < len(units):
-            return error(f"--cell {args.cell} out of range; valid: 0..{len(units) - 1} "
-                         f"({len(grid.cells)} cells x {args.seeds} seeds)")
+        if args.cell >= len(units):
+            raise UserError(f"--cell {args.cell} out of range; valid: 0..{len(units) - 1} "
+                            f"({len(grid.cells)} cells x {args.seeds} seeds; see --list)")
         units = [units[args.cell]]
+    _check_out(out)
 
     failed = 0
     if not args.tables_only:
-        try:
-            summary = runner.run_grid(grid, out, units, extra_overrides=extra,
-                                      train_fn=train_fn, load_config=load_config, log=log,
-                                      reuse=not getattr(args, "no_reuse", False),
-                                      allow_dirty=getattr(args, "allow_dirty", False))
-        except runner.GridRunError as e:
-            return error(str(e))
+        check_overrides(grid, units, extra, load_config)
+        summary = runner.run_grid(grid, out, units, extra_overrides=extra, train_fn=train_fn,
+                                  load_config=load_config, log=log, reuse=not args.no_reuse,
+                                  allow_dirty=args.allow_dirty)
         failed = len(summary.failed)
-        log(f"{grid.name}: {len(summary.ran)} ran, {len(summary.reused)} reused, "
-            f"{len(summary.skipped)} skipped, {failed} failed")
+        log(f"{grid.name}: {len(summary.ran)} ran, {len(summary.reused)} reused, {len(summary.skipped)} skipped, "
+            f"{len(summary.held)} held by other processes, {failed} failed")
 
     distributed.on_lead("tables", lambda: _write_tables(grid, args, out, log))
     if failed:
@@ -135,6 +134,37 @@ def run(args: argparse.Namespace, *, train_fn: runner.TrainFn | None = None,
             + ", ".join(u.label for u, _ in summary.failed))
         return 1
     return 0
+
+
+def check_overrides(grid: spec.Grid, units: list[runner.Unit], extra: dict, load_config: runner.LoadConfigFn) -> None:
+    """Load the config of every cell that ``units`` run, with the --set overrides ``extra``, before anything
+    runs: a bad key or value is one line naming --set, or the ablation file's cell when it fails alike
+    without them."""
+    seeds: dict[str, int] = {}
+    for u in units:
+        seeds.setdefault(u.cell, u.seed)
+    for cell, seed in seeds.items():
+        problem = _config_problem(load_config, grid.base, grid.overrides(cell, seed, extra))
+        if problem is None:
+            continue
+        where = f"cell {cell!r} of {grid.path}, preset {grid.preset!r}"
+        if extra and _config_problem(load_config, grid.base, grid.overrides(cell, seed)) != problem:
+            raise ConfigError(f"--set: {problem} (in {where})")
+        raise ConfigError(f"{where}: {problem}; fix the ablation file")
+
+
+def _config_problem(load_config: runner.LoadConfigFn, base: str, overrides: dict) -> str | None:
+    """Why ``base`` with ``overrides`` does not load (one line), or None."""
+    try:
+        load_config(base, overrides)
+    except (UserError, ValueError) as e:
+        return one_line(e)
+    return None
+
+
+def _check_out(out: Path) -> None:
+    """--out as a directory this job can write (process 0 answers: it writes the files), before anything is."""
+    distributed.on_lead("grid --out", lambda: str(output_dir(out, "--out")))
 
 
 def _write_tables(grid, args, out: Path, log) -> None:
@@ -157,20 +187,17 @@ def _write_tables(grid, args, out: Path, log) -> None:
         f"from {len(table.records)} record(s)" + (f"; {missing} missing" if missing else ""))
 
 
-def _compile_only(grid, args, extra, load_config, log, error) -> int:
+def _compile_only(grid, args, extra, load_config, log) -> int:
     from edge_jax.compile.chips import make_target
     from edge_jax.compile.command import parse_mesh
-    from edge_jax.errors import UserError
     from edge_jax.grid.compile_table import compile_grid
     if not args.topology:
-        return error("--compile-only needs --topology (e.g. v5p-128, v5e-256, cpu:8)")
-    try:
-        target = make_target(args.topology, args.slices)
-        path = compile_grid(grid, target, parse_mesh(args.mesh, args.slices),
-                            Path(args.out) if args.out else Path("results") / grid.name,
-                            load_config or runner.default_load_config, extra, log)
-    except UserError as e:
-        return error(str(e))
+        raise UserError("--compile-only needs --topology (e.g. v5p-128, v5e-256, cpu:8)")
+    out = Path(args.out) if args.out else Path("results") / grid.name
+    _check_out(out)
+    check_overrides(grid, runner.plan(grid, 1), extra, load_config)
+    target = make_target(args.topology, args.slices)
+    path = compile_grid(grid, target, parse_mesh(args.mesh, args.slices), out, load_config, extra, log)
     log(f"wrote {path}")
     return 0
 
@@ -180,7 +207,11 @@ def main(argv: list[str] | None = None) -> int:
     prepare_for_argv(sys.argv[1:] if argv is None else argv)
     parser = argparse.ArgumentParser(prog="edge-jax grid", description=__doc__.splitlines()[0])
     add_arguments(parser)
-    return run(parser.parse_args(argv))
+    try:
+        return run(parser.parse_args(argv))
+    except UserError as e:
+        print(f"edge-jax grid: error: {e}", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":

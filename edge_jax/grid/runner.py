@@ -3,19 +3,24 @@
 Layout under the output directory OUT:
 
     OUT/runs/<cell>/seed<s>/           workdir: checkpoints, metrics.jsonl (gitignored)
+    OUT/runs/<cell>/seed<s>.lock       held while the unit runs (edge_jax.grid.locks)
     OUT/records/<cell>__seed<s>.json   the result record, written atomically at the end
 
 A record exists only for a finished cell x seed, so a rerun after a crash or kill
-skips the finished ones and resumes the others from their workdirs. A cell whose full
+skips the finished ones and resumes the others from their workdirs. A unit is run under its lock,
+taken before its workdir is claimed and held until its record is written: a second process that
+reaches it (a retried job-array task) logs the holder and goes on with its other units, and the lock
+of a killed process is free again (the kernel drops it) for the next one to resume. A cell whose full
 config (seed included) equals that of a record in a sibling grid's output (the same
 baseline in several tables of one paper, say) reuses that run: its record is copied with
 ``reused_from`` naming the source, and nothing is trained twice.
 
 In a job of several processes (docs/multihost.md) every process runs the same units together:
-process 0 decides what the file system says (is a unit recorded, which run can be reused, is the
-tree clean) and hands the answer to the others (:func:`edge_jax.distributed.on_lead`), and writes
-every file; a unit that fails ends the job (the others would wait for it forever), where a single
-process logs it and goes on. Records carry the process count and the device layout.
+process 0 decides what the file system says (is a unit recorded, is it held by another process, which
+run can be reused, is the tree clean) and hands the answer to the others
+(:func:`edge_jax.distributed.on_lead`), holds the units' locks and writes every file; a unit that
+fails ends the job (the others would wait for it forever), where a single process logs it and goes on.
+Records carry the process count and the device layout.
 
 Every record names the commit it was made at and the command that made it. A working tree with
 uncommitted changes is refused (before the first unit, and again before each record is written, since
@@ -38,7 +43,9 @@ from pathlib import Path
 from typing import Any, Callable, Iterable
 
 from edge_jax import distributed
-from edge_jax.errors import one_line
+from edge_jax.errors import Preempted, UserError, one_line
+from edge_jax.grid import locks
+from edge_jax.grid.reuse import find_identical_run, sibling_outputs
 from edge_jax.grid.spec import Grid
 from edge_jax.grid.stages import data_key
 from edge_jax.grid.stages import resolve as resolve_stages
@@ -50,8 +57,8 @@ TrainFn = Callable[[Any, str], dict]
 LoadConfigFn = Callable[[str, dict], Any]
 
 
-class GridRunError(RuntimeError):
-    """The output directory cannot be used for this grid (one-line message)."""
+class GridRunError(UserError, RuntimeError):
+    """The output directory or working tree cannot be used for this grid (one-line message)."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -76,6 +83,7 @@ class RunSummary:
     reused: list[Unit] = dataclasses.field(default_factory=list)
     skipped: list[Unit] = dataclasses.field(default_factory=list)
     failed: list[tuple[Unit, str]] = dataclasses.field(default_factory=list)
+    held: list[Unit] = dataclasses.field(default_factory=list)   # being run by another process
 
 
 def plan(grid: Grid, seeds: int) -> list[Unit]:
@@ -93,6 +101,11 @@ def record_path(out: str | Path, unit: Unit) -> Path:
 
 def workdir(out: str | Path, unit: Unit) -> Path:
     return Path(out) / "runs" / unit.cell / f"seed{unit.seed}"
+
+
+def lock_path(out: str | Path, unit: Unit) -> Path:
+    """The unit's lock file, beside its workdir (:mod:`edge_jax.grid.locks`)."""
+    return Path(out) / "runs" / unit.cell / f"seed{unit.seed}.lock"
 
 
 def _default_train_fn(config, wd: str) -> dict:
@@ -113,7 +126,8 @@ def run_grid(grid: Grid, out: str | Path, units: Iterable[Unit], *,
              load_config: LoadConfigFn | None = None,
              log: Callable[[str], None] = print, reuse: bool = True, allow_dirty: bool = False,
              command: str | None = None) -> RunSummary:
-    """Run every unit that has no record yet; a failing unit is logged and left out.
+    """Run every unit that has no record yet, each under its lock (:func:`lock_path`): a unit another process
+    holds is logged with its holder and left to it; a failing unit is logged and left out.
     With ``reuse``, records in the sibling directories of ``out`` may stand in for runs.
     ``command`` is stored in each record (default: this process's command line)."""
     out = Path(out)
@@ -127,37 +141,54 @@ def run_grid(grid: Grid, out: str | Path, units: Iterable[Unit], *,
     units = list(units)
     summary = RunSummary()
     for i, unit in enumerate(units):
-        tag = f"[{i + 1}/{len(units)}] {unit.label}"
-        if distributed.on_lead(f"record {unit.name}", record_path(out, unit).exists):
-            log(f"{tag}: skipped, record exists ({record_path(out, unit)})")
+        tag, path, lock = f"[{i + 1}/{len(units)}] {unit.label}", record_path(out, unit), lock_path(out, unit)
+        if distributed.on_lead(f"record {unit.name}", path.exists):
+            log(f"{tag}: skipped, record exists ({path})")
             summary.skipped.append(unit)
             continue
-        log(f"{tag}: running in {workdir(out, unit)}")
+        with locks.try_locked(lock, command) as holder:
+            if holder is not None:   # its holder runs it and writes its record
+                log(f"{tag}: being run by {locks.who(holder)} (lock {lock}); skipped")
+                summary.held.append(unit)
+            elif distributed.on_lead(f"record {unit.name} locked", path.exists):
+                log(f"{tag}: skipped, record exists ({path}; written by another process meanwhile)")
+                summary.skipped.append(unit)
+            else:
+                _run_logged(grid, unit, out, tag, summary, log, extra_overrides=extra_overrides, train_fn=train_fn,
+                            load_config=load_config, reuse_from=donors, allow_dirty=allow_dirty, command=command)
+    return summary
+
+
+def _run_logged(grid: Grid, unit: Unit, out: Path, tag: str, summary: RunSummary, log: Callable[[str], None],
+                **kwargs) -> None:
+    """:func:`run_unit`, its outcome logged and counted in ``summary``; a failing unit is left out (where a
+    single process runs) or ends the job (where several do: the others may wait for it inside the unit)."""
+    log(f"{tag}: running in {workdir(out, unit)}")
+    try:
+        record = run_unit(grid, unit, out, **kwargs)
+    except Preempted:  # SIGTERM: the unit saved a checkpoint and stays unfinished (no record); the grid stops
+        log(f"{tag}: preempted; unfinished, its checkpoint is in {workdir(out, unit)} (rerun the grid to resume)")
+        raise
+    except Exception as e:  # noqa: BLE001 - one cell failing must not stop the grid
+        msg = one_line(e)
+        log_file = workdir(out, unit) / "error.log"
         try:
-            record = run_unit(grid, unit, out, extra_overrides=extra_overrides, train_fn=train_fn,
-                              load_config=load_config, reuse_from=donors, allow_dirty=allow_dirty,
-                              command=command)
-        except Exception as e:  # noqa: BLE001 - one cell failing must not stop the grid
-            msg = one_line(e)
-            log_file = workdir(out, unit) / "error.log"
-            try:
-                write_text_atomic(log_file, traceback.format_exc())
-                where = f" (traceback: {log_file})"
-            except OSError:
-                where = ""
-            log(f"FAILED {unit.label}: {type(e).__name__}: {msg}{where}")
-            if distributed.process_count() > 1:
-                raise  # the other processes may wait for this one inside the unit: end the job
-            summary.failed.append((unit, f"{type(e).__name__}: {msg}"))
-            continue
-        value = record["metrics"].get(grid.metric)
-        if record.get("reused_from"):
-            log(f"{tag}: reused {record['reused_from']}, {grid.metric}={_short(value)}")
-            summary.reused.append(unit)
-            continue
+            write_text_atomic(log_file, traceback.format_exc())
+            where = f" (traceback: {log_file})"
+        except OSError:
+            where = ""
+        log(f"FAILED {unit.label}: {type(e).__name__}: {msg}{where}")
+        if distributed.process_count() > 1:
+            raise  # the other processes may wait for this one inside the unit: end the job
+        summary.failed.append((unit, f"{type(e).__name__}: {msg}"))
+        return
+    value = record["metrics"].get(grid.metric)
+    if record.get("reused_from"):
+        log(f"{tag}: reused {record['reused_from']}, {grid.metric}={_short(value)}")
+        summary.reused.append(unit)
+    else:
         log(f"{tag}: done, {grid.metric}={_short(value)} in {record['wall_time_s']:.1f} s")
         summary.ran.append(unit)
-    return summary
 
 
 def run_unit(grid: Grid, unit: Unit, out: str | Path, *,
@@ -226,9 +257,6 @@ def run_unit(grid: Grid, unit: Unit, out: str | Path, *,
     return record
 
 
-REUSE_IGNORED = ("data.data_dir", "train.ckpt_every", "train.keep_ckpts", "train.log_every")
-
-
 def check_provenance(grid: Grid, allow_dirty: bool) -> dict:
     """The git info of the ablation file's working tree; refused when it has uncommitted changes,
     unless ``allow_dirty``."""
@@ -249,39 +277,6 @@ def _donor(dirs, config, metric: str, allow_dirty: bool, documents: str) -> list
     """:func:`find_identical_run` as JSON (``[path, record]``), for :func:`edge_jax.distributed.on_lead`."""
     found = find_identical_run(dirs, _config_dict(config), metric, clean_only=not allow_dirty, documents=documents)
     return None if found is None else [str(found[0]), found[1]]
-
-
-def sibling_outputs(out: Path) -> list[Path]:
-    """Other grid output directories beside ``out`` (results/<grid>)."""
-    parent = out.resolve().parent
-    if not parent.is_dir():
-        return []
-    return sorted(d for d in parent.iterdir() if d.is_dir() and d != out.resolve() and (d / "records").is_dir())
-
-
-def find_identical_run(dirs: Iterable[Path], config: dict, metric: str, clean_only: bool = False,
-                       documents: str = "") -> tuple[Path, dict] | None:
-    """``(path, record)`` of a finished, not itself reused, run with the same config and the same
-    documents (its ``data_key``; a record without one cannot tell, and is passed over), or None;
-    ``clean_only`` passes over records made from a dirty working tree."""
-    from edge_jax.config import flatten
-    want = {k: v for k, v in flatten(config).items() if k not in REUSE_IGNORED}
-    for d in dirs:
-        for path in sorted((Path(d) / "records").glob("*.json")):
-            try:
-                rec = json.loads(path.read_text())
-            except (OSError, ValueError):
-                continue
-            if not isinstance(rec, dict) or rec.get("reused_from") or metric not in rec.get("metrics", {}):
-                continue
-            if clean_only and (rec.get("git") or {}).get("dirty"):
-                continue
-            if rec.get("data_key") != documents:
-                continue
-            have = {k: v for k, v in flatten(rec.get("config", {})).items() if k not in REUSE_IGNORED}
-            if have == want:
-                return path, rec
-    return None
 
 
 def _claim_workdir(wd: Path, grid: Grid, overrides: dict) -> bool:

@@ -1,6 +1,8 @@
-"""Ablation files: load `ablations/<name>.py`, call `get_grid(preset)`, validate.
+"""Ablation files: load `ablations/<name>.py`, check the preset, call `get_grid(preset)`, validate.
 
-An ablation file defines `get_grid(preset: str) -> dict` with these keys:
+An ablation file may list its presets, `PRESETS = ("tiny", "paper")`; one that does not has those of the
+paper module its helpers come from (`edge_jax.papers.<paper>.grid.PRESETS`), and a preset outside them
+is refused before get_grid builds anything. It defines `get_grid(preset: str) -> dict` with these keys:
 
     name             short id, used for the default output dir (results/<name>)
     title            the paper table or figure the grid reproduces
@@ -44,6 +46,7 @@ from numbers import Real
 from pathlib import Path
 from typing import Any
 
+from edge_jax.errors import UserError, one_line, unknown
 from edge_jax.grid.stages import check_stages
 
 REQUIRED_KEYS = ("name", "title", "base", "base_overrides", "cells", "metric",
@@ -56,8 +59,8 @@ ZERO_SHOT_METRIC = "zero_shot_avg"
 _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.+-]*$")
 
 
-class GridSpecError(ValueError):
-    """An ablation file that cannot be loaded or does not validate."""
+class GridSpecError(UserError, ValueError):
+    """An ablation file that cannot be loaded or does not validate, or a preset it does not have."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -110,10 +113,10 @@ class Grid:
 
 
 def load_grid(path: str | Path, preset: str = "tiny") -> Grid:
-    """Import the ablation file at `path`, call get_grid(preset), validate it."""
+    """Import the ablation file at `path`, check `preset` against its presets (:func:`presets_of`), call
+    get_grid(preset), validate it."""
     path = Path(path)
-    if not path.is_file():
-        raise GridSpecError(f"ablation file not found: {path}")
+    _check_file(path)
     module_name = f"_edge_jax_ablation_{re.sub(r'[^0-9A-Za-z_]', '_', path.stem)}"
     spec = importlib.util.spec_from_file_location(module_name, path)
     module = importlib.util.module_from_spec(spec)
@@ -122,15 +125,52 @@ def load_grid(path: str | Path, preset: str = "tiny") -> Grid:
         spec.loader.exec_module(module)
     except Exception as e:  # noqa: BLE001 - report any import failure in one line
         sys.modules.pop(module_name, None)
-        raise GridSpecError(f"{path}: import failed: {type(e).__name__}: {e}") from e
+        raise GridSpecError(f"{path}: import failed: {type(e).__name__}: {one_line(e)}; fix the file, or install "
+                            "what it imports") from e
     get_grid = getattr(module, "get_grid", None)
     if not callable(get_grid):
-        raise GridSpecError(f"{path}: defines no get_grid(preset) function")
+        raise GridSpecError(f"{path}: defines no get_grid(preset) function; add one (docs/grids.md)")
+    presets = presets_of(module)
+    if presets is not None and preset not in presets:
+        raise GridSpecError(f"unknown preset {preset!r} of {path}; presets: {', '.join(presets)}")
     try:
         raw = get_grid(preset)
     except (ValueError, KeyError) as e:
-        raise GridSpecError(f"{path}: {_one_line(e)}") from e
+        if presets is None and isinstance(e, KeyError) and e.args == (preset,):
+            raise GridSpecError(f"unknown preset {preset!r} of {path} (its get_grid has none of that name)") from e
+        raise GridSpecError(f"{path}: {one_line(e)}") from e
     return validate_grid(raw, preset=preset, path=str(path))
+
+
+def presets_of(module) -> tuple[str, ...] | None:
+    """The presets an ablation module declares: its own ``PRESETS``, else the ``PRESETS`` of the paper module
+    its helpers come from (``edge_jax.papers.<paper>.grid``) when they all name the same ones; None when
+    neither says (then get_grid alone decides)."""
+    own = getattr(module, "PRESETS", None)
+    if own is not None:
+        return tuple(own)
+    found = set()
+    for value in vars(module).values():
+        home = sys.modules.get(getattr(value, "__module__", None) or "")
+        declared = getattr(home, "PRESETS", None) if home is not None and home is not module else None
+        if isinstance(declared, (tuple, list)) and all(isinstance(p, str) for p in declared):
+            found.add(tuple(declared))
+    return found.pop() if len(found) == 1 else None
+
+
+def _check_file(path: Path) -> None:
+    """An ablation file path that exists and names a Python file, or one line naming the fix."""
+    if path.is_dir():
+        raise GridSpecError(f"ablation file {str(path)!r} is a directory; give one of its .py files, "
+                            f"e.g. {str(path / 'NAME.py')!r}")
+    if not path.exists():
+        near = sorted(path.parent.glob("*.py")) if path.parent.is_dir() else []
+        hint = unknown("ablation file", str(path), [str(p) for p in near]).partition("; ")[2]
+        raise GridSpecError(f"ablation file {str(path)!r} not found; "
+                            + (hint if near else "give the path of a .py file, e.g. ablations/NAME.py"))
+    if path.suffix != ".py":
+        raise GridSpecError(f"ablation file {str(path)!r} is not a Python file (.py); give one that defines "
+                            "get_grid(preset), e.g. ablations/NAME.py")
 
 
 def validate_grid(raw: Any, *, preset: str, path: str = "<grid>") -> Grid:
@@ -276,8 +316,3 @@ def _check_paper(paper: Any, cells: dict, fail) -> PaperRef:
     return PaperRef(paper["metric"], values, paper["higher_is_better"], paper["source"],
                     tuple(order), order_is_explicit=True, tied=tied)
 
-
-def _one_line(e: BaseException) -> str:
-    text = str(e).strip().splitlines()
-    msg = text[0] if text else type(e).__name__
-    return msg.strip("'\"") if isinstance(e, KeyError) else msg

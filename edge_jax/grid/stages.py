@@ -11,8 +11,9 @@ the same run finds it there. The hash also covers the key of the documents the s
 (:func:`data_key`: a built-in dataset's version is part of it), so a stage is never resumed or reused
 on other documents than it started with. ``--set`` overrides of the grid command do not reach stages.
 A stage is done when its ``final_metrics.json`` exists; an unfinished one resumes from its checkpoints. An
-exclusive lock per stage workdir keeps parallel grid processes (``--cell K`` in several shells) from
-training it twice; in a job of several processes process 0 takes the lock and decides, and all of
+exclusive lock per stage workdir (:func:`edge_jax.grid.locks.locked`, ``seed<s>.lock`` beside it) keeps
+parallel grid processes (``--cell K`` in several shells) from training it twice: the others wait for it,
+and log who holds it; in a job of several processes process 0 takes the lock and decides, and all of
 them train the stage together (edge_jax.distributed). A finished stage written before a config key
 was renamed (its directory hash differs) is found by its upgraded ``config.json`` and reused when its
 ``data_key.txt`` names the same documents.
@@ -20,7 +21,6 @@ was renamed (its directory hash differs) is found by its upgraded ``config.json`
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import hashlib
 import json
 import re
@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from edge_jax import distributed
+from edge_jax.grid import locks
 from edge_jax.utils.atomic import write_text_atomic
 
 _REF = re.compile(r"\{stage:([A-Za-z0-9_]+)\}")
@@ -137,23 +138,10 @@ def ensure(name: str, stages: dict, seed: int, root: Path, train_fn: Callable, l
         log(f"stage {name} seed {s}: reusing {older} (its config predates a key rename)")
         return Path(older)
     wd.mkdir(parents=True, exist_ok=True)
-    with _locked(wd.parent / f"seed{s}.lock"):
+    with locks.locked(wd.parent / f"seed{s}.lock", log, what=f"stage {name} seed {s}"):
         if not distributed.on_lead(f"stage {wd} locked", done):
             log(f"stage {name} seed {s}: training in {wd}")
             write_text_atomic(wd / DATA_KEY_FILE, data_key(config) + "\n")
             train_fn(config, str(wd))
     return wd
 
-
-@contextlib.contextmanager
-def _locked(path: Path):
-    """An exclusive lock on ``path``, held by process 0 of a job (the others follow its decisions)."""
-    if not distributed.is_lead():
-        yield
-        return
-    with open(path, "w") as f:
-        fcntl.flock(f, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(f, fcntl.LOCK_UN)

@@ -6,13 +6,15 @@ writes a small metrics.jsonl whose losses depend on the cell's overrides and see
 import argparse
 import json
 import math
+import sys
 import textwrap
 
 import ml_collections
 import numpy as np
 import pytest
 
-from edge_jax.grid import command, runner, spec
+from edge_jax.errors import UserError
+from edge_jax.grid import command, reuse, runner, spec
 
 ABLATION = '''
 def get_grid(preset):
@@ -76,11 +78,16 @@ def ablation(tmp_path):
 
 
 def cli(argv, train=None, load=fake_load_config):
+    """``command.run`` as the CLI calls it: a UserError is one line on stderr and status 2."""
     parser = argparse.ArgumentParser()
     command.add_arguments(parser)
     logs = []
-    rc = command.run(parser.parse_args([str(a) for a in argv]), train_fn=train,
-                     load_config=load, log=logs.append)
+    try:
+        rc = command.run(parser.parse_args([str(a) for a in argv]), train_fn=train,
+                         load_config=load, log=logs.append)
+    except UserError as e:
+        print(f"error: {e}", file=sys.stderr)
+        rc = 2
     return rc, logs
 
 
@@ -110,7 +117,7 @@ def test_cell_runs_one_unit_and_rejects_out_of_range(ablation, tmp_path, capsys)
     rc, _ = cli([ablation, "--out", out, "--cell", 6, "--seeds", 2], train)
     assert rc == 2
     err = capsys.readouterr().err.strip()
-    assert err == "error: --cell 6 out of range; valid: 0..5 (3 cells x 2 seeds)"
+    assert err == "error: --cell 6 out of range; valid: 0..5 (3 cells x 2 seeds; see --list)"
 
 
 def test_full_run_writes_records_tables_and_plot(ablation, tmp_path):
@@ -201,14 +208,12 @@ def test_workdir_from_other_settings_is_refused(ablation, tmp_path):
     assert any("holds a run with different overrides" in line for line in logs)
 
 
-def test_config_error_fails_cell_not_grid(ablation, tmp_path):
-    out = tmp_path / "out"
-    rc, logs = cli([ablation, "--out", out, "--seeds", 1, "--set", "train.nope=1"], FakeTrain())
-    assert rc == 1
-    assert sum(line.startswith("FAILED") and "unknown config key 'train.nope'" in line
-               for line in logs) == 3
-    assert not (out / "records").exists() or not any((out / "records").iterdir())
-    assert "not comparable" in (out / "table.md").read_text()
+def test_a_bad_set_refuses_the_grid_before_any_unit(ablation, tmp_path, capsys):
+    out, train = tmp_path / "out", FakeTrain()
+    rc, logs = cli([ablation, "--out", out, "--seeds", 1, "--set", "train.nope=1"], train)
+    err = capsys.readouterr().err.strip()
+    assert rc == 2 and train.calls == [] and logs == [] and not out.exists()
+    assert err.startswith("error: --set: unknown config key 'train.nope' (in cell 'cosine' of ") and "\n" not in err
 
 
 def test_tables_only_rebuilds_from_records_without_training(ablation, tmp_path):
@@ -244,7 +249,9 @@ def test_bad_arguments_exit_2(ablation, tmp_path, capsys):
     assert "unknown preset 'paper'; valid presets: tiny" in capsys.readouterr().err
     assert cli([ablation, "--set", "noequals"])[0] == 2
     assert cli([ablation, "--set", "seed=3"])[0] == 2
-    assert cli([ablation, "--seeds", 0])[0] == 2
+    with pytest.raises(SystemExit) as info:   # argparse's one-line usage error
+        cli([ablation, "--seeds", 0])
+    assert info.value.code == 2 and "argument --seeds: needs an integer >= 1, got 0" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("text, expected", [
@@ -302,11 +309,11 @@ def test_a_sibling_run_on_other_documents_is_not_reused(ablation, tmp_path):
     path = first / "records" / "wsd__seed0.json"
     rec = json.loads(path.read_text())
     key = rec["data_key"]  # '' here: the toy configs have no data section (stages test a real one)
-    assert runner.find_identical_run([first], rec["config"], "val_loss", documents=key)[0] == path
-    assert runner.find_identical_run([first], rec["config"], "val_loss", documents=key + "-v9") is None
+    assert reuse.find_identical_run([first], rec["config"], "val_loss", documents=key)[0] == path
+    assert reuse.find_identical_run([first], rec["config"], "val_loss", documents=key + "-v9") is None
     del rec["data_key"]
     path.write_text(json.dumps(rec))
-    assert runner.find_identical_run([first], rec["config"], "val_loss", documents=key) is None
+    assert reuse.find_identical_run([first], rec["config"], "val_loss", documents=key) is None
 
 
 GIT = ["git", "-c", "user.email=t@t", "-c", "user.name=t"]
@@ -391,3 +398,19 @@ def test_no_post_skips_the_post_hook(ablation, tmp_path):
     assert rc == 0 and "os:no_such: not run (--no-post)" in logs
     with pytest.raises(AttributeError):      # without the flag the (missing) hook is called
         cli([ablation, "--out", out, "--seeds", 1, "--tables-only"])
+
+
+def test_a_record_written_before_a_config_key_was_added_is_still_reused(tmp_path):
+    """Keys the schema gained since (e.g. init_step) read as their defaults in an older record."""
+    from edge_jax.config import load_config
+    from edge_jax.grid.reuse import find_identical_run
+    config = json.loads(json.dumps(load_config("configs/lm.py:size=tiny", {"seed": 1}).to_dict(), default=str))
+    older = json.loads(json.dumps(config))
+    del older["init_step"], older["data"]["stream"]
+    (tmp_path / "g" / "records").mkdir(parents=True)
+    record = {"config": older, "metrics": {"val_loss": 2.0}, "data_key": "k"}
+    (tmp_path / "g" / "records" / "a__seed1.json").write_text(json.dumps(record))
+    found = find_identical_run([tmp_path / "g"], config, "val_loss", documents="k")
+    assert found is not None and found[1]["metrics"] == {"val_loss": 2.0}
+    config["train"]["steps"] += 1                      # a real difference still tells them apart
+    assert find_identical_run([tmp_path / "g"], config, "val_loss", documents="k") is None

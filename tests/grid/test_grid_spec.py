@@ -124,7 +124,7 @@ def test_plm_schedule_ablation_loads_for_both_presets():
     t = load_config(paper.base).train
     assert t.schedule == "wsdc" and t.lr == 3e-4 and t.min_lr == 3e-5
     assert t.warmup_steps == t.steps // 100 and 0 < t.decay_fraction + t.tail_fraction < 1
-    with pytest.raises(spec.GridSpecError, match="unknown preset 'huge'; valid presets: tiny, paper"):
+    with pytest.raises(spec.GridSpecError, match="unknown preset 'huge' of .*plm_schedule.py; presets: tiny, paper"):
         spec.load_grid(path, "huge")
 
 

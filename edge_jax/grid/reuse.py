@@ -1,0 +1,48 @@
+"""Reuse across sibling grids: a unit whose full config (seed included) and documents equal those of a
+finished record in another grid's output beside OUT (results/<grid>) copies that record instead of
+training again (:func:`edge_jax.grid.runner.run_unit`; ``--no-reuse`` turns it off)."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Iterable
+
+REUSE_IGNORED = ("data.data_dir", "train.ckpt_every", "train.keep_ckpts", "train.log_every")
+
+
+def sibling_outputs(out: Path) -> list[Path]:
+    """Other grid output directories beside ``out`` (results/<grid>)."""
+    parent = out.resolve().parent
+    if not parent.is_dir():
+        return []
+    return sorted(d for d in parent.iterdir() if d.is_dir() and d != out.resolve() and (d / "records").is_dir())
+
+
+def find_identical_run(dirs: Iterable[Path], config: dict, metric: str, clean_only: bool = False,
+                       documents: str = "") -> tuple[Path, dict] | None:
+    """``(path, record)`` of a finished, not itself reused, run with the same config and the same
+    documents (its ``data_key``; a record without one cannot tell, and is passed over), or None. A record
+    written before a config key was renamed or added is read in today's keys, the added ones at their
+    defaults;
+    ``clean_only`` passes over records made from a dirty working tree."""
+    from edge_jax.config import flat_json, flatten, schema_defaults, upgrade_config
+    defaults = flat_json(schema_defaults(config))  # keys the schema gained after a record was written
+    want = {k: v for k, v in {**defaults, **flatten(config)}.items() if k not in REUSE_IGNORED}
+    for d in dirs:
+        for path in sorted((Path(d) / "records").glob("*.json")):
+            try:
+                rec = json.loads(path.read_text())
+            except (OSError, ValueError):
+                continue
+            if not isinstance(rec, dict) or rec.get("reused_from") or metric not in rec.get("metrics", {}):
+                continue
+            if clean_only and (rec.get("git") or {}).get("dirty"):
+                continue
+            if rec.get("data_key") != documents:
+                continue
+            saved = {**defaults, **flatten(upgrade_config(rec.get("config", {})))}  # in today's keys
+            have = {k: v for k, v in saved.items() if k not in REUSE_IGNORED}
+            if have == want:
+                return path, rec
+    return None
+
