@@ -2,7 +2,8 @@
 
 Config options follow big_vision: ``--config configs/lm.py:size=tiny --config.train.steps=200``.
 Errors a user can fix (:class:`edge_jax.errors.UserError`) are printed as one line
-(``edge-jax: error: ...``) with exit status 2. The core subcommands are defined here; each paper
+(``edge-jax: error: ...``) with exit status 2, and so are argparse's refusals (:class:`Parser`); each
+command checks its arguments (:mod:`edge_jax.utils.args`) before it starts work. The core subcommands are defined here; each paper
 adds its own through :data:`edge_jax.registry.COMMANDS` (see :func:`build_parser`). Every command
 that runs models may be one process of a multi-process job: it takes ``--coordinator-address``,
 ``--num-processes`` and ``--process-id`` and joins the job before anything starts JAX
@@ -17,7 +18,8 @@ from typing import Callable
 
 from edge_jax import distributed
 from edge_jax.compile.chips import prepare_for_argv
-from edge_jax.errors import ConfigError, UserError
+from edge_jax.errors import EXIT_PREEMPTED, ConfigError, Preempted, UserError
+from edge_jax.utils.args import UsageError, at_least, count, output_dir, trained_workdir
 
 # Core groups that registered commands join as "GROUP NAME": group -> (help, dest of the choice).
 GROUPS = {"analyze": ("analyses of trained workdirs", "analysis")}
@@ -45,15 +47,25 @@ def _print_result(result: dict) -> None:
     print(" ".join(f"{k}={v:.5g}" if isinstance(v, float) else f"{k}={v}" for k, v in result.items()))
 
 
+class Parser(argparse.ArgumentParser):
+    """argparse, with what it refuses raised as one line (:class:`UsageError`) instead of the usage
+    text and an exit; its subcommands' parsers are of this class too."""
+
+    def error(self, message: str):
+        raise UsageError(f"{message} (`{self.prog} --help` lists the arguments)")
+
+
 def _cmd_train(args, overrides) -> int:
     from edge_jax.config import load_config
     from edge_jax.train.loop import train_and_evaluate
+    output_dir(args.workdir, "--workdir")
     config = load_config(args.config, overrides)
     _print_result(train_and_evaluate(config, args.workdir))
     return 0
 
 
 def _cmd_eval(args, overrides) -> int:
+    trained_workdir(args.workdir)
     if args.tasks:
         from edge_jax.eval.command import zero_shot_workdir
         _print_result(zero_shot_workdir(args))
@@ -80,10 +92,10 @@ def _add_core_commands(sub) -> None:
     p.set_defaults(fn=_cmd_train, takes_overrides=True)
     p = sub.add_parser("eval", help="validation loss/perplexity of a trained workdir, or zero-shot tasks (--tasks)")
     p.add_argument("--workdir", required=True)
-    p.add_argument("--batches", type=int, default=0, help="0 = the whole split")
+    p.add_argument("--batches", type=at_least(0), default=0, help="0 = the whole split")
     p.add_argument("--split", default="validation")
     p.add_argument("--qa", action="store_true", help="also score exact match on the question split (facts, longctx)")
-    p.add_argument("--max-questions", type=int, default=0, help="0 = all questions")
+    p.add_argument("--max-questions", type=at_least(0), default=0, help="0 = all questions")
     from edge_jax.eval import command as eval_command
     eval_command.add_arguments(p)
     p.set_defaults(fn=_cmd_eval)
@@ -121,7 +133,7 @@ def build_parser() -> argparse.ArgumentParser:
     overrides apply. A name ``"GROUP NAME"`` adds ``NAME`` under the core group ``GROUP``
     (:data:`GROUPS`), e.g. ``"analyze logit-lens"``."""
     from edge_jax.registry import COMMANDS
-    parser = argparse.ArgumentParser(prog="edge-jax", description=__doc__.splitlines()[0])
+    parser = Parser(prog="edge-jax", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
     _add_core_commands(sub)
     grouped: dict[str, list[tuple[str, Callable]]] = {}
@@ -153,9 +165,9 @@ def _add_job_flags(parser: argparse.ArgumentParser) -> None:
                                       "environment, docs/multihost.md)")
         g.add_argument(distributed.FLAGS[distributed.COORDINATOR], default=None, metavar="HOST:PORT",
                        help=f"the job's coordinator, process 0's address (${distributed.COORDINATOR})")
-        g.add_argument(distributed.FLAGS[distributed.NUM_PROCESSES], type=int, default=None, metavar="N",
+        g.add_argument(distributed.FLAGS[distributed.NUM_PROCESSES], type=count, default=None, metavar="N",
                        help=f"processes in the job (${distributed.NUM_PROCESSES})")
-        g.add_argument(distributed.FLAGS[distributed.PROCESS_ID], type=int, default=None, metavar="I",
+        g.add_argument(distributed.FLAGS[distributed.PROCESS_ID], type=at_least(0), default=None, metavar="I",
                        help=f"this process's id, 0..N-1 (${distributed.PROCESS_ID})")
 
 
@@ -190,6 +202,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"edge-jax: error: {e}", file=sys.stderr)
         distributed.leave(2)
         return 2
+    except Preempted as e:  # SIGTERM: a checkpoint was saved, the same command resumes
+        print(f"edge-jax: preempted: {e}", file=sys.stderr)
+        distributed.leave(EXIT_PREEMPTED)
+        return EXIT_PREEMPTED
     except BaseException:
         if distributed.process_count() > 1:  # the traceback, then out at once (distributed.leave)
             traceback.print_exc()

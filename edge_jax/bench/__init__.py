@@ -19,8 +19,10 @@ class Benchmark:
     benchmark's own flags, which ``add_arguments(group)`` adds to that argument group. The flags
     several benchmarks read (:data:`edge_jax.bench.command.SHARED`: ``--repeats``, the model and MoE
     shape, ``--chunk``, ``--json``) belong to the harness; ``defaults`` sets those this benchmark
-    reads when they are not given (e.g. ``{"repeats": 1}``)."""
+    reads when they are not given (e.g. ``{"repeats": 1}``). ``writes_json``: whether ``run`` writes its
+    measurements to ``--json`` (the harness refuses ``--json`` for a benchmark that would ignore it)."""
     help: str
     run: Callable[[Any, list], str]
     add_arguments: Callable[[Any], None] | None = None
     defaults: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+    writes_json: bool = False

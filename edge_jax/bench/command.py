@@ -9,11 +9,14 @@ from __future__ import annotations
 
 import argparse
 
+import edge_jax.bench.checkpoint  # noqa: F401  (registers checkpoint: checksums and async saves)
 import edge_jax.bench.data  # noqa: F401  (registers data: the input pipeline)
 import edge_jax.bench.kernels  # noqa: F401  (registers kernels: the registered Pallas kernels)
 import edge_jax.bench.train_step  # noqa: F401  (registers train-step, the generic benchmark)
+from edge_jax.errors import ConfigError
 from edge_jax.layers.kernels.backend import KERNEL_MODES
 from edge_jax.registry import BENCHMARKS
+from edge_jax.utils.args import count, output_file
 
 DEFAULTS = {"repeats": 5}  # shared flags given neither on the command line nor by the benchmark
 
@@ -29,9 +32,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     benchmarks = BENCHMARKS.items()
     parser.add_argument("name", choices=sorted(name for name, _ in benchmarks), help="which benchmark")
     per_benchmark = [  # shared flags whose default the benchmark may set (Benchmark.defaults)
-        parser.add_argument("--repeats", type=int, default=None, help="timed rounds (median reported; "
+        parser.add_argument("--repeats", type=count, default=None, help="timed rounds (median reported; "
                             f"{_defaults_help('repeats', DEFAULTS['repeats'])})"),
-        parser.add_argument("--chunk", type=int, default=None, help=f"tokens per prefill chunk "
+        parser.add_argument("--chunk", type=count, default=None, help=f"tokens per prefill chunk "
                             f"({_defaults_help('chunk')})")]
     parser.add_argument("--json", default=None, help="write the measurements as JSON here")
     g = parser.add_argument_group("model shape", "size flags of the benchmarks that build a model or a layer; "
@@ -40,13 +43,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     for flag, help_ in (("--d-model", "model width"), ("--layers", "number of layers"), ("--heads", "query heads"),
                         ("--kv-heads", "key/value heads"), ("--head-dim", "head width"), ("--d-ff", "FFN width"),
                         ("--vocab", "vocabulary size")):
-        g.add_argument(flag, type=int, default=None, help=help_)
-    g.add_argument("--batch", type=int, default=1, help="sequences decoded together")
+        g.add_argument(flag, type=count, default=None, help=help_)
+    g.add_argument("--batch", type=count, default=1, help="sequences decoded together")
     g.add_argument("--kernels", default="xla", choices=KERNEL_MODES,
                    help="model.kernels of the benchmarks that build a layer or model: xla, pallas or auto (docs/kernels.md)")
     g.add_argument("--dtype", default="float32", help="compute and parameter dtype (float32, bfloat16, float16)")
-    g.add_argument("--experts", type=int, default=16, help="routed experts")
-    g.add_argument("--top-k", type=int, default=2, help="experts per token")
+    g.add_argument("--experts", type=count, default=16, help="routed experts")
+    g.add_argument("--top-k", type=count, default=2, help="experts per token")
     settable = {action.dest for action in per_benchmark}
     for name, bench in benchmarks:
         if set(bench.defaults) - settable:
@@ -58,6 +61,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace, overrides) -> int:
     bench = BENCHMARKS.get(args.name)
+    if args.json:
+        if not bench.writes_json:
+            writers = ", ".join(name for name, b in BENCHMARKS.items() if b.writes_json)
+            raise ConfigError(f"bench {args.name} does not write --json; drop --json (the benchmarks that write it: "
+                              f"{writers})")
+        output_file(args.json, "--json")
     for key, value in {**DEFAULTS, **bench.defaults}.items():
         if getattr(args, key) is None:
             setattr(args, key, value)

@@ -14,6 +14,7 @@ how many workers a host needs for the per-host token rate of the paper presets' 
 """
 from __future__ import annotations
 
+import argparse
 import glob
 import json
 import math
@@ -29,6 +30,7 @@ from edge_jax.bench.corpus import corpus_dir, corpus_info, corpus_path, is_compl
 from edge_jax.bench.data_probe import PREFIX
 from edge_jax.errors import ConfigError
 from edge_jax.registry import BENCHMARKS
+from edge_jax.utils.args import at_least, count, non_negative, output_dir, positive
 
 GOALS = {"memory": 1.10, "first_batch_s": 10.0, "ratio": 0.9}
 CHIPS_PER_HOST = 4    # TPU VMs of a multi-host slice hold 4 chips (edge_jax.compile.chips: chips_per_host_bounds 2x2x1)
@@ -38,23 +40,50 @@ FALLBACK_HOST_RATE = (287_193.0, "constant from results/meki_main/paper_compile.
 TOKENIZER_VOCAB = 8192
 
 
+def _listed(parse_one, example: str):
+    """An argparse type: a comma-separated list, each item through ``parse_one`` (a ValueError or
+    KeyError refuses the whole flag in one line that shows ``example``)."""
+    def parse(text: str) -> list:
+        try:
+            return [parse_one(item.strip()) for item in text.split(",")]
+        except (ValueError, KeyError, IndexError, argparse.ArgumentTypeError):
+            raise argparse.ArgumentTypeError(f"needs a comma-separated list such as {example}, got {text!r}") from None
+    parse.__name__ = "list"
+    return parse
+
+
+def _size(text: str) -> int:
+    size = parse_size(text)
+    if size < 1:
+        raise ValueError(text)
+    return size
+
+
+def _one_of(*names: str):
+    return lambda text: names[names.index(text)]
+
+
 def add_arguments(g) -> None:
-    g.add_argument("--sizes", default="100M,1G,3G", help="corpus sizes in bytes of text (default 100M,1G,3G)")
-    g.add_argument("--formats", default="jsonl,parquet", help="corpus formats (default jsonl,parquet)")
-    g.add_argument("--tokenizers", default="byte,spm,hf", help="byte, spm, hf (default all three)")
-    g.add_argument("--workers", default="1,2", help="grain worker counts of the iterator (default 1,2; 0: in-process)")
-    g.add_argument("--tokens", type=float, default=100e6, help="most tokens timed per measurement (default 100M)")
-    g.add_argument("--seconds", type=float, default=10.0, help="most seconds timed per measurement (default 10)")
-    g.add_argument("--warmup", type=float, default=2.0, help="seconds read after the first batch before timing "
-                   "(drains what was prefetched meanwhile; default 2)")
-    g.add_argument("--segments", type=int, default=5, help="timed stretches per measurement, for the min..max")
+    g.add_argument("--sizes", type=_listed(_size, "100M,1G,3G"), default="100M,1G,3G",
+                   help="corpus sizes in bytes of text (default 100M,1G,3G)")
+    g.add_argument("--formats", type=_listed(_one_of("jsonl", "parquet"), "jsonl,parquet"), default="jsonl,parquet",
+                   help="corpus formats (default jsonl,parquet)")
+    g.add_argument("--tokenizers", type=_listed(_one_of("byte", "spm", "hf"), "byte,spm,hf"), default="byte,spm,hf",
+                   help="byte, spm, hf (default all three)")
+    g.add_argument("--workers", type=_listed(at_least(0), "1,2"), default="1,2",
+                   help="grain worker counts of the iterator (default 1,2; 0: in-process)")
+    g.add_argument("--tokens", type=positive, default=100e6, help="most tokens timed per measurement (default 100M)")
+    g.add_argument("--seconds", type=positive, default=10.0, help="most seconds timed per measurement (default 10)")
+    g.add_argument("--warmup", type=non_negative, default=2.0, help="seconds read after the first batch before "
+                   "timing (drains what was prefetched meanwhile; default 2)")
+    g.add_argument("--segments", type=count, default=5, help="timed stretches per measurement, for the min..max")
     g.add_argument("--corpus-dir", default="", help="where corpora and tokenizers are cached "
                    "(default $EDGE_JAX_DATA/bench/corpora, else ~/.cache/edge_jax/bench/corpora)")
-    g.add_argument("--seq-len", type=int, default=2048, help="tokens per row (default 2048)")
-    g.add_argument("--batch-size", type=int, default=8, help="rows per batch (default 8; --batch is the shared "
+    g.add_argument("--seq-len", type=count, default=2048, help="tokens per row (default 2048)")
+    g.add_argument("--batch-size", type=count, default=8, help="rows per batch (default 8; --batch is the shared "
                    "decode-batch flag of the model benchmarks)")
-    g.add_argument("--seed", type=int, default=0, help="corpus seed (default 0)")
-    g.add_argument("--timeout", type=float, default=900, help="seconds before a measurement is abandoned")
+    g.add_argument("--seed", type=at_least(0), default=0, help="corpus seed (default 0)")
+    g.add_argument("--timeout", type=positive, default=900, help="seconds before a measurement is abandoned")
 
 
 def default_root() -> str:
@@ -306,10 +335,10 @@ def run(args, overrides) -> str:
         raise ConfigError("edge-jax bench data takes no --config.* overrides: it builds its own data config "
                           "(see its flags: --seq-len, --batch-size, --workers, ...)")
     root = os.path.expanduser(args.corpus_dir or default_root())
-    sizes = [parse_size(s) for s in args.sizes.split(",")]
-    formats, workers = args.formats.split(","), [int(w) for w in args.workers.split(",")]
+    output_dir(root, "--corpus-dir")
+    sizes, formats, workers = args.sizes, args.formats, args.workers
     corpora, corpus_lines = _corpora(root, formats, sizes, args.seed)
-    specs = tokenizer_specs(os.path.join(root, "tokenizers"), args.tokenizers.split(","), args.seed)
+    specs = tokenizer_specs(os.path.join(root, "tokenizers"), args.tokenizers, args.seed)
     data_dir = data_dir_default()
     results = {}
     for key, spec in _cells(args, corpora, specs, workers, data_dir):
@@ -329,4 +358,4 @@ BENCHMARKS.register("data", Benchmark(
     help="the streamed train iterator against a minimal pyarrow + tokenizer loop over generated corpora "
          "(default 100M, 1G, 3G; JSONL and parquet; byte, spm, hf): tokens/s, peak memory, first-batch time, "
          "1 and 2 grain workers",
-    run=run, add_arguments=add_arguments, defaults={"repeats": 1}))
+    run=run, add_arguments=add_arguments, defaults={"repeats": 1}, writes_json=True))

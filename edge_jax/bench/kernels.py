@@ -141,4 +141,4 @@ def add_arguments(group) -> None:
 
 BENCHMARKS.register("kernels", Benchmark(
     "each Pallas kernel against its XLA reference at the papers' shapes (on CPU: small, interpreted, "
-    "checked only)", run, add_arguments, defaults={"repeats": 20}))
+    "checked only)", run, add_arguments, defaults={"repeats": 20}, writes_json=True))

@@ -17,6 +17,7 @@ from edge_jax.sharding import batch_sharding
 from edge_jax.train.setup import build
 from edge_jax.train.state import create_train_state
 from edge_jax.train.step import make_train_step, token_losses
+from edge_jax.utils.args import count
 from edge_jax.utils.timing import time_interleaved
 
 
@@ -74,7 +75,7 @@ def run(args, overrides) -> str:
 def add_arguments(group) -> None:
     group.add_argument("--config", default="configs/lm.py:size=tiny", help="path/to/config.py[:arg] "
                        "(--config.* overrides apply)")
-    group.add_argument("--steps", type=int, default=20, help="steps per timed round")
+    group.add_argument("--steps", type=count, default=20, help="steps per timed round")
 
 
 BENCHMARKS.register("train-step", Benchmark(

@@ -19,7 +19,7 @@ import math
 import os
 import re
 
-from edge_jax.errors import ConfigError, unknown
+from edge_jax.errors import ConfigError, one_line, unknown
 
 GiB = 1024 ** 3
 
@@ -56,13 +56,22 @@ class Target:
     slices: int = 1
 
 
+def cloud_names(gen: str) -> list[str]:
+    """The Cloud accelerator types of one generation (``v5e-1`` ... ``v5e-256``)."""
+    chip = CHIPS[gen]
+    return [f"{gen}-{n * chip.cores_per_chip}" for n in (SHAPES_3D if chip.dims == 3 else SHAPES_2D)]
+
+
 def known_topologies() -> list[str]:
     """Every ``--topology`` spelling of a Cloud accelerator type, plus ``cpu:N`` and ``local``."""
-    out = []
-    for gen, chip in CHIPS.items():
-        shapes = SHAPES_3D if chip.dims == 3 else SHAPES_2D
-        out += [f"{gen}-{n * chip.cores_per_chip}" for n in shapes]
-    return out + ["cpu:N", "local"]
+    return [name for gen in CHIPS for name in cloud_names(gen)] + ["cpu:N", "local"]
+
+
+def host_bounds(dims: list[int]) -> tuple[int, int, int]:
+    """Chips per host of a slice for libtpu: 2x2x1 (a TPU VM of a multi-host slice holds 4 chips), 1
+    along a side of odd length (one-chip v5e-1 / v6e-1, or an explicit v5e:1x2), which libtpu
+    refuses to cut into 2-chip hosts."""
+    return tuple(2 if i < 2 and dims[i] % 2 == 0 else 1 for i in range(3))
 
 
 def slice_shape(name: str) -> tuple[str, str]:
@@ -70,14 +79,18 @@ def slice_shape(name: str) -> tuple[str, str]:
     m = re.fullmatch(r"(v\d+[a-z]?)[-:](\S+)", name)
     gen = m.group(1) if m else None
     if gen not in CHIPS:
-        raise ConfigError(unknown("topology", name, known_topologies()))
+        near = unknown("topology", name, known_topologies())
+        valid = ", ".join(f"{gen}-" + "|".join(n.split("-")[1] for n in cloud_names(gen)) for gen in CHIPS)
+        head = near.split("; valid:")[0]
+        raise ConfigError(f"{head}{' ' if head.endswith('?') else '; '}valid: {valid}, an explicit slice "
+                          "(v5p:4x4x4), cpu:N, local")
     chip, rest = CHIPS[gen], m.group(2)
     shapes = SHAPES_3D if chip.dims == 3 else SHAPES_2D
-    if re.fullmatch(r"\d+(x\d+){%d}" % (chip.dims - 1), rest):
+    if re.fullmatch(r"[1-9]\d*(x[1-9]\d*){%d}" % (chip.dims - 1), rest):
         return gen, rest
     if rest.isdigit() and int(rest) % chip.cores_per_chip == 0 and int(rest) // chip.cores_per_chip in shapes:
         return gen, shapes[int(rest) // chip.cores_per_chip]
-    valid = ", ".join(f"{gen}-{n * chip.cores_per_chip}" for n in shapes)
+    valid = ", ".join(cloud_names(gen))
     raise ConfigError(f"topology {name!r}: {gen} slices are {valid} (or {gen}:AxB{'xC' * (chip.dims == 3)})")
 
 
@@ -87,10 +100,15 @@ def tpu_target(name: str, slices: int = 1) -> Target:
     if importlib.util.find_spec("libtpu") is None:
         raise ConfigError(f"compiling for {name} needs libtpu; install the tpu extra: pip install -e '.[tpu]'")
     from jax.experimental import topologies
-    topo = topologies.get_topology_desc(platform="tpu", topology_name=f"{gen}:{shape}",
-                                        chip_config_name="megacore" if gen == "v4" else "default",
-                                        chips_per_host_bounds=(2, 2, 1), num_slices=slices)
-    chips = math.prod(int(x) for x in shape.split("x"))
+    dims = [int(x) for x in shape.split("x")]
+    try:
+        topo = topologies.get_topology_desc(platform="tpu", topology_name=f"{gen}:{shape}",
+                                            chip_config_name="megacore" if gen == "v4" else "default",
+                                            chips_per_host_bounds=host_bounds(dims), num_slices=slices)
+    except Exception as e:  # libtpu's refusal (a JaxRuntimeError) of a slice shape it does not build
+        raise ConfigError(f"topology {name!r}: libtpu cannot build slice {gen}:{shape} ({one_line(e)}); use a "
+                          f"Cloud TPU type: {', '.join(cloud_names(gen))}") from None
+    chips = math.prod(dims)
     label = f"{gen}-{chips * CHIPS[gen].cores_per_chip}" + (f" x{slices} slices" if slices > 1 else "")
     return Target(label, tuple(topo.devices), CHIPS[gen], slices)
 
@@ -101,7 +119,9 @@ def host_target(name: str) -> Target:
     if name == "local":
         devices = jax.devices()
         return Target(f"local ({len(devices)}x {devices[0].device_kind})", tuple(devices), None)
-    n = int(name.partition(":")[2] or 0)
+    if not re.fullmatch(r"cpu:[1-9]\d*", name):
+        raise ConfigError(f"topology {name!r}: write cpu:N with N >= 1 simulated devices, e.g. cpu:8")
+    n = int(name.partition(":")[2])
     have = jax.devices("cpu")
     if n < 1 or n > len(have):
         raise ConfigError(f"topology {name!r} needs {n} CPU devices and this process has {len(have)}; start it "

@@ -4,12 +4,14 @@ roofline step-time / tokens-per-second / MFU estimate (docs/compile.md)."""
 from __future__ import annotations
 
 import argparse
+import re
 from typing import Callable
 
 from edge_jax.compile.chips import make_target
 from edge_jax.config import ConfigError
 from edge_jax.registry import COMMANDS
 from edge_jax.sharding import MESH_AXES
+from edge_jax.utils.args import at_least, count
 
 
 def parse_mesh(text: str | None, slices: int) -> dict:
@@ -19,9 +21,9 @@ def parse_mesh(text: str | None, slices: int) -> dict:
     out = {"data": 1, "fsdp": 1, "tensor": 1}
     for part in text.split(","):
         key, eq, value = part.partition("=")
-        if not eq or key not in MESH_AXES or not value.lstrip("-").isdigit():
-            raise ConfigError(f"--mesh {text!r}: write AXIS=SIZE pairs over {', '.join(MESH_AXES)} "
-                              "(one size may be -1), e.g. --mesh fsdp=64,tensor=2")
+        if not eq or key not in MESH_AXES or not re.fullmatch(r"-1|[1-9]\d*", value):
+            raise ConfigError(f"--mesh {text!r}: write AXIS=SIZE pairs over {', '.join(MESH_AXES)}, each size "
+                              "a positive integer (one may be -1), e.g. --mesh fsdp=64,tensor=2")
         out[key] = int(value)
     return out
 
@@ -71,9 +73,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    "an explicit slice (v5p:4x4x4), cpu:N (simulated devices) or local (this machine's devices)")
     p.add_argument("--mesh", default=None, help="AXIS=SIZE over data, fsdp, tensor (default: data = slices, "
                    "fsdp = every other device)")
-    p.add_argument("--slices", type=int, default=1, help="TPU slices joined over DCN (the data axis crosses them)")
-    p.add_argument("--batch", type=int, default=0, help="global batch in sequences (default: data.batch_size)")
-    p.add_argument("--seq", type=int, default=0, help="sequence length; with --decode the cache length "
+    p.add_argument("--slices", type=count, default=1, help="TPU slices joined over DCN (the data axis crosses them)")
+    p.add_argument("--batch", type=at_least(0), default=0, help="global batch in sequences (default: data.batch_size)")
+    p.add_argument("--seq", type=at_least(0), default=0, help="sequence length; with --decode the cache length "
                    "(default: data.seq_len)")
     p.add_argument("--decode", action="store_true", help="compile one decode step with its KV cache instead")
     p.add_argument("--no-fix", action="store_true", help="do not search for a fix when the step does not fit")

@@ -30,6 +30,7 @@ from typing import Iterator
 
 from edge_jax.data.errors import DataError
 from edge_jax.data.pieces import Piece, split_counts
+from edge_jax.errors import one_line
 
 FORMATS = ("parquet", "jsonl", "text")
 PARQUET_BATCH = 1024
@@ -91,6 +92,18 @@ def jsonl_records(lines, where: str) -> Iterator[tuple[int, dict]]:
             yield i, jsonl_record(line, f"{where} line {i}")
 
 
+def parquet_file(f, path: str):
+    """``pyarrow.parquet.ParquetFile`` of the open file ``f``; a one-line DataError naming ``path`` when
+    it is not parquet (a truncated download, another format under a .parquet name)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    try:
+        return pq.ParquetFile(f)
+    except pa.ArrowException as e:
+        raise DataError(f"{path} is not a parquet file ({one_line(e)}); download it again, or delete it or "
+                        "narrow the glob so it is not read") from None
+
+
 @dataclasses.dataclass(frozen=True)
 class FileReader:
     """Reads the documents of one split of a list of files (picklable: it holds names, not handles)."""
@@ -129,9 +142,8 @@ class FileReader:
         return [(a, b) for a, b in zip(edges, edges[1:]) if b > a]
 
     def _row_groups(self, i: int) -> list[int]:
-        import pyarrow.parquet as pq
         with _epath(self.paths[i]).open("rb") as f:
-            meta = pq.ParquetFile(f).metadata
+            meta = parquet_file(f, self.paths[i]).metadata
             return [meta.row_group(g).num_rows for g in range(meta.num_row_groups)]
 
     def read(self, piece: Piece, position: int) -> Iterator[tuple[str, int]]:
@@ -142,10 +154,9 @@ class FileReader:
         return self.by_file or hashed_in(f"{rel}:{at}") == (self.split == "validation")
 
     def _parquet(self, piece: Piece, row: int) -> Iterator[tuple[str, int]]:
-        import pyarrow.parquet as pq
         rel, key = self.rels[piece.unit], self.text_key
         with _epath(self.paths[piece.unit]).open("rb") as f:
-            pf = pq.ParquetFile(f)
+            pf = parquet_file(f, self.paths[piece.unit])
             names = pf.schema_arrow.names
             if key not in names:
                 raise DataError(f"{rel} has no field '{key}' (it has {', '.join(names)}); set data.text_key")
@@ -227,6 +238,11 @@ def file_source(kind: str, pattern: str, text_key: str):
     with concurrent.futures.ThreadPoolExecutor(32 if "://" in names[0] else 1) as pool:
         stats = list(pool.map(lambda p: p.stat(), paths))   # remote: thousands of files in seconds
     sizes = tuple(int(s.length) for s in stats)
+    empty = [n for n, size in zip(names, sizes) if size == 0]
+    if kind == "parquet" and empty:  # no parquet file is 0 bytes (it ends in a footer)
+        more = f" (and {len(empty) - 1} more)" if len(empty) > 1 else ""
+        raise DataError(f"{empty[0]}{more} is empty (0 bytes), not a parquet file; download it again, or delete "
+                        "it or narrow the glob so it is not read")
     ident = [(r, n, s.mtime) for r, n, s in zip(rels, sizes, stats)]
     key = f"{kind}-" + hashlib.sha1(repr((ident, text_key) if kind != "text" else ident).encode()).hexdigest()[:12]
     by_file = any(hashed_in(r) for r in rels) and not all(hashed_in(r) for r in rels)

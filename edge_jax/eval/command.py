@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 
 from edge_jax.eval.tasks import TaskError
+from edge_jax.utils.args import at_least, count, output_dir
 
 
 def add_arguments(p) -> None:
@@ -17,11 +18,11 @@ def add_arguments(p) -> None:
                    "copa, hellaswag, lambada_openai, openbookqa, piqa, sciq, winogrande); skips the validation loss")
     p.add_argument("--data-dir", default="", help="where the benchmarks' published files lie (DIR/<task>/<split>.jsonl "
                    "or .parquet; docs/eval.md), or tfds:DIR for prepared TFDS datasets")
-    p.add_argument("--num-fewshot", type=int, default=0, help="solved examples before each document (seeded)")
-    p.add_argument("--limit", type=int, default=0, help="score the first N documents of each task (0 = all)")
-    p.add_argument("--max-length", type=int, default=0, help="longest input in tokens, contexts truncated from the "
-                   "left (0 = the run's data.seq_len)")
-    p.add_argument("--batch-size", type=int, default=16, help="rows per scoring batch")
+    p.add_argument("--num-fewshot", type=at_least(0), default=0, help="solved examples before each document (seeded)")
+    p.add_argument("--limit", type=at_least(0), default=0, help="score the first N documents of each task (0 = all)")
+    p.add_argument("--max-length", type=at_least(0), default=0, help="longest input in tokens, contexts truncated "
+                   "from the left (0 = the run's data.seq_len)")
+    p.add_argument("--batch-size", type=count, default=16, help="rows per scoring batch")
     p.add_argument("--no-truncate", action="store_true", help="refuse a request longer than --max-length instead "
                    "of truncating its context from the left")
     p.add_argument("--fold", action="store_true", help="score MeKi's folded inference form (models/fold.py)")
@@ -33,11 +34,8 @@ def zero_shot_workdir(args) -> dict:
     from edge_jax.eval.suite import run_tasks
     from edge_jax.eval.tasks import BuiltinSource
     from edge_jax.train.evaluate import restore_latest
-    for key in ("num_fewshot", "limit", "max_length"):
-        if getattr(args, key) < 0:
-            raise TaskError(f"--{key.replace('_', '-')}={getattr(args, key)} must be >= 0")
-    if args.batch_size <= 0:
-        raise TaskError(f"--batch-size={args.batch_size} must be positive")
+    out_dir = os.path.join(args.workdir, "eval_folded" if args.fold else "eval")
+    output_dir(out_dir, "--workdir")  # the scores are written there
     check_tasks(args.tasks, args.data_dir, args.num_fewshot)  # before the checkpoint is read
     run, state, step = restore_latest(args.workdir)
     model, params = run.model, state.params
@@ -52,7 +50,6 @@ def zero_shot_workdir(args) -> dict:
     max_length = args.max_length or run.config.data.seq_len
     scorer = make_scorer(model, params, run.tokenizer, max_length, args.batch_size, run.mesh,
                          truncate=not args.no_truncate)
-    out_dir = os.path.join(args.workdir, "eval_folded" if args.fold else "eval")
     summary = run_tasks(scorer, args.tasks, data_dir=args.data_dir,
                         builtin=BuiltinSource(run.config.data, run.tokenizer, max_length),
                         num_fewshot=args.num_fewshot, limit=args.limit, out_dir=out_dir,

@@ -6,12 +6,16 @@ error naming the flag (exit 2)::
     p.add_argument("--seeds", type=count, default=3)          # an integer >= 1
     p.add_argument("--limit", type=at_least(0), default=0)    # an integer >= 0 (0 = all)
     p.add_argument("--vram", type=ratio, default=0.2)         # a number in (0, 1]
+    p.add_argument("--zipf", type=non_negative, default=1.0)  # a number >= 0
 
 The path checks run inside a command, before it writes anything, and raise a
 :class:`edge_jax.errors.UserError` naming the flag and the fix::
 
     output_dir(args.out, "--out")        # a directory that exists or can be made, and is writable
+    output_file(args.json, "--json")     # a file path whose directory exists or can be made, and is writable
     input_dir(args.workdir, "--workdir")  # an existing directory
+
+``edge-jax``'s parser raises :class:`UsageError` for what argparse refuses, so that too is one line.
 """
 from __future__ import annotations
 
@@ -27,6 +31,10 @@ class PathArgError(UserError, ValueError):
     """A path given on the command line cannot be used as asked (one line naming the flag and the fix)."""
 
 
+class UsageError(UserError):
+    """A command line argparse refused (an unknown flag, a missing or malformed value), as one line."""
+
+
 def at_least(low: int):
     """An argparse type: an integer >= ``low``."""
     def parse(text: str) -> int:
@@ -38,6 +46,7 @@ def at_least(low: int):
             raise argparse.ArgumentTypeError(f"needs an integer >= {low}, got {value}")
         return value
     parse.__name__ = "integer"  # argparse names the type in its message
+    parse.low = low
     return parse
 
 
@@ -52,6 +61,17 @@ def positive(text: str) -> float:
         raise argparse.ArgumentTypeError(f"needs a number, got {text!r}") from None
     if not value > 0 or value != value or value == float("inf"):
         raise argparse.ArgumentTypeError(f"needs a finite number > 0, got {text}")
+    return value
+
+
+def non_negative(text: str) -> float:
+    """An argparse type: a finite number >= 0."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"needs a number, got {text!r}") from None
+    if not 0 <= value < float("inf"):
+        raise argparse.ArgumentTypeError(f"needs a finite number >= 0, got {text}")
     return value
 
 
@@ -72,17 +92,33 @@ def output_dir(path: str | os.PathLike, flag: str) -> Path:
     p = Path(path)
     if p.exists() and not p.is_dir():
         raise PathArgError(f"{flag} {str(path)!r} is a file, not a directory; give a directory path")
+    _check_can_make(p, path, flag)
+    return p
+
+
+def output_file(path: str | os.PathLike, flag: str) -> Path:
+    """``path`` as a file this process may write: not a directory, in a directory that exists or can
+    be made and is writable. Nothing is created."""
+    p = Path(path)
+    if p.is_dir():
+        raise PathArgError(f"{flag} {str(path)!r} is a directory; give a file path")
+    _check_can_make(p.parent, path, flag)
+    return p
+
+
+def _check_can_make(p: Path, path, flag: str) -> None:
+    """Whether ``p`` exists as a writable directory or can be made as one."""
     probe = p
     while not probe.exists():
         if probe.parent == probe:
             break
         probe = probe.parent
     if probe.exists() and not probe.is_dir():
-        raise PathArgError(f"{flag} {str(path)!r} lies under {str(probe)!r}, which is a file; give a directory path")
+        raise PathArgError(f"{flag} {str(path)!r} lies under {str(probe)!r}, which is a file; give a path "
+                           "under a directory")
     if not _writable(probe):
         raise PathArgError(f"{flag} {str(path)!r}: {str(probe)!r} is not writable here; choose a writable "
                            "directory or fix its permissions")
-    return p
 
 
 def _writable(directory: Path) -> bool:
@@ -97,11 +133,18 @@ def _writable(directory: Path) -> bool:
     return True
 
 
-def input_dir(path: str | os.PathLike, flag: str) -> Path:
-    """``path`` as an existing directory to read."""
+def input_dir(path: str | os.PathLike, flag: str, fix: str = "check the path") -> Path:
+    """``path`` as an existing directory to read (``fix``: what the message tells a user whose path
+    does not exist)."""
     p = Path(path)
     if not p.exists():
-        raise PathArgError(f"{flag} {str(path)!r} does not exist; check the path")
+        raise PathArgError(f"{flag} {str(path)!r} does not exist; {fix}")
     if not p.is_dir():
         raise PathArgError(f"{flag} {str(path)!r} is a file, not a directory; give a directory path")
     return p
+
+
+def trained_workdir(path: str | os.PathLike, flag: str = "--workdir") -> Path:
+    """``path`` as an existing directory to read a trained run from (its config.json and checkpoints
+    are checked where they are read)."""
+    return input_dir(path, flag, fix="give the workdir of a run of `edge-jax train`")

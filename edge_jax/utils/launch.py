@@ -23,14 +23,15 @@ import time
 
 from edge_jax.distributed import COORDINATOR, NUM_PROCESSES, PROCESS_ID, nvidia_gpus
 from edge_jax.errors import ConfigError
+from edge_jax.utils.args import count
 
 GRACE_S = 5.0       # between SIGTERM and SIGKILL of the processes left when one failed
 POLL_S = 0.1
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--processes", type=int, required=True, metavar="N", help="processes to start")
-    parser.add_argument("--devices-per-process", type=int, default=1, metavar="K",
+    parser.add_argument("--processes", type=count, required=True, metavar="N", help="processes to start")
+    parser.add_argument("--devices-per-process", type=count, default=1, metavar="K",
                         help="devices of each process: simulated CPU devices, or GPUs where there are (default 1)")
     parser.add_argument("argv", nargs=argparse.REMAINDER, metavar="-- COMMAND", help="the command every process runs")
 

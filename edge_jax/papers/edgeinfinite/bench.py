@@ -57,6 +57,7 @@ from edge_jax.layers.kernels.segment_attention import segment_attention, segment
 from edge_jax.models.decoder import DecoderLM, ModelConfig
 from edge_jax.papers.edgeinfinite import inference  # noqa: F401  (registers the edgeinfinite method)
 from edge_jax.registry import BENCHMARKS
+from edge_jax.utils.args import at_least, count, output_file
 from edge_jax.utils.atomic import save_figure_atomic, write_json_atomic
 
 DEFAULT_SHAPE = dict(vocab_size=256, d_model=128, n_layers=2, n_heads=4, n_kv_heads=2, head_dim=32, d_ff=256)
@@ -314,6 +315,8 @@ def run(args, overrides) -> str:
         raise ConfigError("--config.* overrides do not apply to long-context; use its flags (--lengths, --sink, ...)")
     repeats = args.repeats if args.repeats is not None else DEFAULT_REPEATS
     args.repeats = repeats
+    if args.plot:
+        output_file(args.plot, "--plot")
     cfg, lengths = bench_config(args)
     order = "interleaved" if device_peak_bytes() is None else "by-method"
     r = measure(cfg, lengths, args.chunk, repeats, args.max_fullkv_length, args.batch, order=order)
@@ -376,10 +379,11 @@ KERNEL_CASES.register("segment_attention", kernel_cases)
 
 def add_arguments(group) -> None:
     group.add_argument("--lengths", default=DEFAULT_LENGTHS, help="comma-separated input lengths")
-    group.add_argument("--sink", type=int, default=DEFAULT_SINK, help="EdgeInfinite sink tokens")
-    group.add_argument("--window", type=int, default=DEFAULT_WINDOW, help="EdgeInfinite window tokens (<= --segment)")
-    group.add_argument("--segment", type=int, default=DEFAULT_SEGMENT, help="EdgeInfinite segment length")
-    group.add_argument("--max-fullkv-length", type=int, default=None, help="skip FullKV above this length "
+    group.add_argument("--sink", type=at_least(0), default=DEFAULT_SINK, help="EdgeInfinite sink tokens")
+    group.add_argument("--window", type=at_least(0), default=DEFAULT_WINDOW,
+                       help="EdgeInfinite window tokens (<= --segment)")
+    group.add_argument("--segment", type=count, default=DEFAULT_SEGMENT, help="EdgeInfinite segment length")
+    group.add_argument("--max-fullkv-length", type=count, default=None, help="skip FullKV above this length "
                        "(default: run it at every length; its cost is quadratic)")
     group.add_argument("--plot", default=None, help="write a two-panel PNG (TTFT, peak memory vs length) here")
 
@@ -389,4 +393,5 @@ BENCHMARKS.register("long-context", Benchmark(
          "--d-model, --layers, --heads, --kv-heads, --head-dim, --d-ff, --vocab, --batch, --dtype, --repeats "
          "(default 1), --chunk (FullKV prefill chunk, default 2048), --json; default shape: d_model 128, 2 layers, "
          "4/2 heads x 32, d_ff 256, vocab 256",
-    run=run, add_arguments=add_arguments, defaults={"repeats": DEFAULT_REPEATS, "chunk": DEFAULT_CHUNK}))
+    run=run, add_arguments=add_arguments, defaults={"repeats": DEFAULT_REPEATS, "chunk": DEFAULT_CHUNK},
+    writes_json=True))

@@ -17,6 +17,7 @@ import numpy as np
 from edge_jax.bench import Benchmark
 from edge_jax.errors import ConfigError
 from edge_jax.registry import BENCHMARKS
+from edge_jax.utils.args import count, ratio
 from edge_jax.utils.atomic import write_json_atomic
 
 GOAL_S = 60.0
@@ -73,13 +74,13 @@ def run(args, overrides) -> str:
 
 
 def add_arguments(group) -> None:
-    group.add_argument("--accesses", type=int, default=1_000_000, help="accesses to replay (tokens x layers x top-k)")
-    group.add_argument("--vram", type=float, default=0.2, help="VRAM capacity, fraction of all experts' bytes")
-    group.add_argument("--ram", type=float, default=0.6, help="RAM capacity, fraction of all experts' bytes")
+    group.add_argument("--accesses", type=count, default=1_000_000, help="accesses to replay (tokens x layers x top-k)")
+    group.add_argument("--vram", type=ratio, default=0.2, help="VRAM capacity, fraction of all experts' bytes")
+    group.add_argument("--ram", type=ratio, default=0.6, help="RAM capacity, fraction of all experts' bytes")
     group.add_argument("--profile", default="pcie4-nvme", help="device profile preset (pcie4-nvme, phone)")
 
 
 BENCHMARKS.register("cache-sim", Benchmark(
     help="accesses per second of every expert-cache policy on a synthetic trace. Also takes --layers "
          "(default 4), --experts, --top-k, --json",
-    run=run, add_arguments=add_arguments))
+    run=run, add_arguments=add_arguments, writes_json=True))

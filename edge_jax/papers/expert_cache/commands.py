@@ -13,6 +13,7 @@ import json
 
 from edge_jax.errors import ConfigError
 from edge_jax.registry import COMMANDS
+from edge_jax.utils.args import at_least, count, output_dir, output_file
 
 
 @COMMANDS.register("cache")
@@ -27,11 +28,11 @@ def add_parser(sub):
     r.set_defaults(fn=_run)
     s = cmds.add_parser("synth", help="write a seeded synthetic routing trace (.npz)")
     s.add_argument("--out", required=True, help="trace file to write")
-    s.add_argument("--tokens", type=int, default=65536)
-    s.add_argument("--layers", type=int, default=4)
-    s.add_argument("--experts", type=int, default=16)
-    s.add_argument("--top-k", type=int, default=2)
-    s.add_argument("--seed", type=int, default=0)
+    s.add_argument("--tokens", type=count, default=65536)
+    s.add_argument("--layers", type=count, default=4)
+    s.add_argument("--experts", type=count, default=16)
+    s.add_argument("--top-k", type=count, default=2, help="experts per token (<= --experts)")
+    s.add_argument("--seed", type=at_least(0), default=0)
     s.set_defaults(fn=_synth)
     return p
 
@@ -40,6 +41,7 @@ def _run(args, overrides) -> int:
     from edge_jax.config import load_config, task_of
     from edge_jax.papers.expert_cache.config import TASK
     from edge_jax.papers.expert_cache.experiment import run_experiment
+    output_dir(args.workdir, "--workdir")
     c = load_config(args.config, overrides)
     if task_of(c) != TASK:
         raise ConfigError(f"{args.config} is not an expert-cache config (task={TASK}); use configs/cache.py")
@@ -53,6 +55,7 @@ def _synth(args, overrides) -> int:
     from edge_jax.papers.expert_cache.synthetic import synthetic_routing
     if overrides:
         raise ConfigError("--config.* overrides do not apply to `edge-jax cache synth`")
+    output_file(args.out, "--out")
     try:
         trace = synthetic_routing(args.tokens, args.layers, args.experts, args.top_k, seed=args.seed)
     except ValueError as e:

@@ -31,6 +31,7 @@ from edge_jax.models.decoder import DecoderLM, ModelConfig
 from edge_jax.models.fold import fold_meki
 from edge_jax.models.presets import MEKI_PAPER, MODEL_SIZES
 from edge_jax.registry import BENCHMARKS
+from edge_jax.utils.args import count
 from edge_jax.utils.timing import time_interleaved
 
 DEFAULT_SIZE = dict(d_model=512, n_layers=8, n_heads=8, n_kv_heads=4, head_dim=64, d_ff=1536, vocab_size=32_000)
@@ -168,10 +169,10 @@ def run(args, overrides) -> str:
 
 
 def add_arguments(group) -> None:
-    group.add_argument("--d-mem", type=int, default=None, help="MeKi memory width (default 64; with --preset, "
+    group.add_argument("--d-mem", type=count, default=None, help="MeKi memory width (default 64; with --preset, "
                        "MeKi Table 5: 128 / 256 / 512 for 0.6B / 1.7B / 4B)")
-    group.add_argument("--prompt", type=int, default=64, help="prompt tokens (prefilled, not timed)")
-    group.add_argument("--new-tokens", type=int, default=128, help="decode steps per timed round")
+    group.add_argument("--prompt", type=count, default=64, help="prompt tokens (prefilled, not timed)")
+    group.add_argument("--new-tokens", type=count, default=128, help="decode steps per timed round")
 
 
 BENCHMARKS.register("meki-decode", Benchmark(

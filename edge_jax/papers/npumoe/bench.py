@@ -53,6 +53,7 @@ from edge_jax.layers.moe.plan import (
 from edge_jax.layers.moe.strategies import OVERFLOW_POLICIES
 from edge_jax.papers.npumoe.runtime import LayerRuntime
 from edge_jax.registry import BENCHMARKS
+from edge_jax.utils.args import count, non_negative
 from edge_jax.utils.atomic import write_json_atomic
 from edge_jax.utils.timing import samples_interleaved
 
@@ -281,9 +282,9 @@ def run(args, overrides) -> str:
 
 
 def add_arguments(group) -> None:
-    group.add_argument("--chunks", type=int, default=4, help="prefill chunks per timed round")
-    group.add_argument("--zipf", type=float, default=1.0, help="router skew: expert popularity ~ 1 / rank^zipf")
-    group.add_argument("--group", type=int, default=4, help="experts per grouped call")
+    group.add_argument("--chunks", type=count, default=4, help="prefill chunks per timed round")
+    group.add_argument("--zipf", type=non_negative, default=1.0, help="router skew: expert popularity ~ 1 / rank^zipf")
+    group.add_argument("--group", type=count, default=4, help="experts per grouped call")
     group.add_argument("--overflow", default="drop", choices=[name for name, _ in OVERFLOW_POLICIES.registered()],
                        help="moe.overflow of the variants: drop the copies beyond an "
                        "expert's capacity, or run them in the host CPU fallback call (fallback)")
@@ -296,4 +297,4 @@ BENCHMARKS.register("moe", Benchmark(
     help="NPUMoE Fig. 17 ablation and Table 5 grouping on one synthetic MoE layer. Also takes --d-model "
          "(default 128), --d-ff (expert width, default 128), --experts, --top-k, --chunk (default 512), "
          "--repeats, --json",
-    run=run, add_arguments=add_arguments, defaults={"chunk": DEFAULTS["chunk"]}))
+    run=run, add_arguments=add_arguments, defaults={"chunk": DEFAULTS["chunk"]}, writes_json=True))

@@ -19,6 +19,7 @@ import ml_collections
 from edge_jax.config import apply_overrides, validate
 from edge_jax.errors import ConfigError
 from edge_jax.registry import COMMANDS
+from edge_jax.utils.args import at_least, output_dir, trained_workdir
 
 
 @COMMANDS.register("moe")
@@ -32,14 +33,15 @@ def add_parser(sub):
     c.add_argument("--data", default="", help="calibration dataset (default: the run's data.name)")
     c.add_argument("--second-data", default="", help="dataset of the cross-dataset Overlap@K (default: facts, "
                    "or pystdlib for facts)")
-    c.add_argument("--batches", type=int, default=0, help="batches per dataset (default: moe.calib_batches)")
+    c.add_argument("--batches", type=at_least(0), default=0, help="batches per dataset (default: moe.calib_batches)")
     c.add_argument("--out", default="", help="directory for calibration.json/.md (default: the workdir)")
     c.set_defaults(fn=_calibrate)
     t = cmds.add_parser("trace", help="record top-k routing of every token and layer on held-out text")
     t.add_argument("--workdir", required=True, help="a trained MoE run")
     t.add_argument("--data", default="", help="dataset (default: the run's data.name)")
     t.add_argument("--split", default="validation", help="split to trace (held-out text: validation)")
-    t.add_argument("--batches", type=int, default=0, help="batches of data.batch_size windows (0: the whole split)")
+    t.add_argument("--batches", type=at_least(0), default=0,
+                   help="batches of data.batch_size windows (0: the whole split)")
     t.add_argument("--out", required=True, help="directory; the trace is written as <data>_<split>.npz")
     t.set_defaults(fn=_trace)
     return p
@@ -68,9 +70,11 @@ def _restore(workdir: str, overrides):
 
 def _calibrate(args, overrides) -> int:
     from edge_jax.papers.npumoe.evaluate import calibrate, write_report
+    trained_workdir(args.workdir)
+    out = args.out or args.workdir
+    output_dir(out, "--out" if args.out else "--workdir")
     run, params, step = _restore(args.workdir, overrides)
     cal = calibrate(run, params, args.data, args.second_data, args.batches)
-    out = args.out or args.workdir
     os.makedirs(out, exist_ok=True)
     path, md = write_report(cal, run, out)
     with open(md) as f:
@@ -85,6 +89,8 @@ def _trace(args, overrides) -> int:
     from edge_jax.papers.npumoe.capture import record_trace
     from edge_jax.papers.npumoe.evaluate import eval_batches
     from edge_jax.utils.provenance import git_info
+    trained_workdir(args.workdir)
+    output_dir(args.out, "--out")
     run, params, step = _restore(args.workdir, overrides)
     data = args.data or run.config.data.name
     batches = eval_batches(run, data, args.split, args.batches)

@@ -45,6 +45,7 @@ from edge_jax.infer.decode import decode_tokens, init_cache
 from edge_jax.layers.kernels.mla_decode import mla_decode, mla_decode_xla
 from edge_jax.papers.plm.kv_cache import cache_bytes, gqa_twin
 from edge_jax.registry import BENCHMARKS
+from edge_jax.utils.args import count
 from edge_jax.utils.timing import time_interleaved
 
 DEFAULT_SHAPE = dict(vocab_size=4096, d_model=2048, n_layers=2, n_heads=16, head_dim=128, d_ff=2048,
@@ -227,11 +228,11 @@ KERNEL_CASES.register("mla_decode", kernel_cases)
 
 
 def add_arguments(group) -> None:
-    group.add_argument("--d-rope", type=int, default=None, help="MLA RoPE key width (default 64)")
-    group.add_argument("--kv-lora-rank", type=int, default=None, help="MLA latent width d_c (default 512)")
+    group.add_argument("--d-rope", type=count, default=None, help="MLA RoPE key width (default 64)")
+    group.add_argument("--kv-lora-rank", type=count, default=None, help="MLA latent width d_c (default 512)")
     group.add_argument("--contexts", default=",".join(map(str, DEFAULT_CONTEXTS)),
                        help="comma-separated cache fill levels")
-    group.add_argument("--decode-steps", type=int, default=DEFAULT_STEPS, help="decode steps per timed round")
+    group.add_argument("--decode-steps", type=count, default=DEFAULT_STEPS, help="decode steps per timed round")
 
 
 BENCHMARKS.register("mla-decode", Benchmark(

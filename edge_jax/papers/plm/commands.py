@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from edge_jax.errors import ConfigError
 from edge_jax.registry import COMMANDS
+from edge_jax.utils.args import at_least, count, non_negative, output_dir, trained_workdir
 from edge_jax.utils.workdirs import add_workdir_arguments
 
 
@@ -12,10 +13,11 @@ def add_kv_cache_parser(analyses):
     p = analyses.add_parser("kv-cache", help="KV-cache bytes per token, PLM eqs. (6)-(7) vs the decoder's "
                             "cache arrays, for a model and its MHA twin (no workdir; --config.* overrides apply)")
     p.add_argument("--config", required=True, help="path/to/config.py[:arg], e.g. configs/plm.py:size=1p8b")
-    p.add_argument("--tokens", type=int, default=0, help="tokens to size the measured cache for (0: data.seq_len)")
-    p.add_argument("--bits", type=int, default=0, help="bit width in the formulas (0: the model dtype's, "
+    p.add_argument("--tokens", type=at_least(0), default=0,
+                   help="tokens to size the measured cache for (0: data.seq_len)")
+    p.add_argument("--bits", type=at_least(0), default=0, help="bit width in the formulas (0: the model dtype's, "
                    "32 for float32, 16 for bfloat16); the arrays keep the model dtype")
-    p.add_argument("--batch", type=int, default=1, help="sequences in the measured cache")
+    p.add_argument("--batch", type=count, default=1, help="sequences in the measured cache")
     p.set_defaults(fn=_kv_cache, takes_overrides=True)
     return p
 
@@ -25,12 +27,12 @@ def add_sparsity_parser(analyses):
     """The ``sparsity`` analysis under ``edge-jax analyze``."""
     p = analyses.add_parser("sparsity", help="PLM Algorithm 1: perplexity vs masked FFN activations (Fig. 11)")
     add_workdir_arguments(p)
-    p.add_argument("--batches", type=int, default=4, help="validation batches to measure perplexity on")
+    p.add_argument("--batches", type=count, default=4, help="validation batches to measure perplexity on")
     p.add_argument("--ratios", default="", help="masked fractions in [0, 1], comma-separated "
                    "(default: 0, 0.05, ..., 1)")
-    p.add_argument("--max-ppl-increase", type=float, default=1.0,
+    p.add_argument("--max-ppl-increase", type=non_negative, default=1.0,
                    help="absolute Δppl limit of Algorithm 1 (paper: 1), for sparsity_rate_abs")
-    p.add_argument("--max-rel-increase", type=float, default=0.01,
+    p.add_argument("--max-rel-increase", type=non_negative, default=0.01,
                    help="relative limit, Δppl as a fraction of the unmasked perplexity, for the headline "
                         "sparsity_rate (default 0.01: 1%%)")
     p.add_argument("--out", required=True, help="writes sparsity.md, .csv and .png here")
@@ -41,9 +43,6 @@ def add_sparsity_parser(analyses):
 def _kv_cache(args, overrides) -> int:
     from edge_jax.config import load_config
     from edge_jax.papers.plm.kv_cache import kv_cache_report
-    if args.tokens < 0 or args.bits < 0 or args.batch <= 0:
-        raise ConfigError(f"--tokens and --bits must be >= 0 and --batch positive, got {args.tokens}, "
-                          f"{args.bits}, {args.batch}")
     print(kv_cache_report(load_config(args.config, overrides), args.tokens, args.bits, args.batch, args.config))
     return 0
 
@@ -55,9 +54,9 @@ def _sparsity(args, overrides) -> int:
         ratios = check_ratios(args.ratios.split(",")) if args.ratios else None
     except ValueError as e:
         raise ConfigError(str(e)) from None
-    if args.batches <= 0 or args.max_ppl_increase < 0 or args.max_rel_increase < 0:
-        raise ConfigError(f"--batches must be positive and --max-ppl-increase, --max-rel-increase >= 0, got "
-                          f"{args.batches}, {args.max_ppl_increase}, {args.max_rel_increase}")
+    for workdir in args.workdir:
+        trained_workdir(workdir)
+    output_dir(args.out, "--out")
     out = run_sparsity(args.workdir, args.out, args.label or None, args.batches, ratios, args.max_ppl_increase,
                        args.max_rel_increase)
     for label, r in zip(out["labels"], out["results"]):
