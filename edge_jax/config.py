@@ -20,7 +20,7 @@ from typing import Any, Iterable, Mapping
 
 import ml_collections
 
-from edge_jax.errors import ConfigError, unknown
+from edge_jax.errors import ConfigError, UserError, one_line, unknown
 from edge_jax.registry import SECTIONS, TASKS, Task
 
 __all__ = ["ConfigError", "apply_overrides", "base_config", "flatten", "load_config", "parse_arg",
@@ -134,29 +134,39 @@ def parse_arg(arg: str | None, **defaults) -> ml_collections.ConfigDict:
 
 
 def _coerce(raw: Any, current: Any, key: str) -> Any:
-    if not isinstance(raw, str):
-        return raw
+    """``raw`` (a command-line string, or a value from Python: a grid's overrides) as the type of the key's
+    current value; a value of another kind is a ConfigError naming the key and the kind it needs."""
     if isinstance(current, bool):
-        low = raw.lower()
-        if low in ("true", "1", "yes"):
-            return True
-        if low in ("false", "0", "no"):
-            return False
+        if isinstance(raw, str) and raw.lower() in ("true", "1", "yes", "false", "0", "no"):
+            return raw.lower() in ("true", "1", "yes")
+        if isinstance(raw, bool):
+            return raw
         raise ConfigError(f"config key {key!r} needs true/false, got {raw!r}")
-    if isinstance(current, (int, float)) and not isinstance(current, bool):
-        try:
-            val = ast.literal_eval(raw)
-        except (ValueError, SyntaxError):
-            raise ConfigError(f"config key {key!r} needs a number, got {raw!r}") from None
+    if isinstance(current, (int, float)):
+        val = _literal(raw)
+        if not isinstance(val, (int, float)) or isinstance(val, bool):
+            raise ConfigError(f"config key {key!r} needs a number, got {raw!r}")
         if isinstance(current, int) and isinstance(val, float) and not val.is_integer():
             raise ConfigError(f"config key {key!r} needs an integer, got {raw!r}")
         return type(current)(val)
     if isinstance(current, (tuple, list)):
-        try:
-            return type(current)(ast.literal_eval(raw))
-        except (ValueError, SyntaxError):
-            raise ConfigError(f"config key {key!r} needs a list like [1,2], got {raw!r}") from None
+        val = _literal(raw)
+        if not isinstance(val, (tuple, list)):
+            raise ConfigError(f"config key {key!r} needs a list like [1,2], got {raw!r}")
+        return type(current)(val)
+    if isinstance(current, str) and not isinstance(raw, str):
+        raise ConfigError(f"config key {key!r} needs a string, got {raw!r}")
     return raw
+
+
+def _literal(raw: Any) -> Any:
+    """A command-line string read as a Python literal (None when it is not one); other values as they are."""
+    if not isinstance(raw, str):
+        return raw
+    try:
+        return ast.literal_eval(raw.strip())
+    except (ValueError, SyntaxError, MemoryError, RecursionError):
+        return None
 
 
 def flatten(c, prefix: str = "") -> dict:
@@ -232,11 +242,22 @@ def load_config(spec: str, overrides: Mapping[str, Any] | Iterable[str] = ()) ->
     if not os.path.isfile(path):
         raise ConfigError(f"config file {path!r} not found; pass e.g. --config configs/lm.py:size=tiny")
     mod_spec = importlib.util.spec_from_file_location(f"_edge_jax_cfg_{abs(hash(path))}", path)
+    if mod_spec is None or not path.endswith(".py"):
+        raise ConfigError(f"config file {path!r} is not a Python file; pass e.g. --config configs/lm.py:size=tiny")
     module = importlib.util.module_from_spec(mod_spec)
-    mod_spec.loader.exec_module(module)
+    try:
+        mod_spec.loader.exec_module(module)
+    except Exception as e:  # noqa: BLE001 - any failure of the user's file is theirs to fix
+        raise ConfigError(f"config file {path!r} failed to load ({type(e).__name__}: {one_line(e)}); fix it") from e
     if not hasattr(module, "get_config"):
         raise ConfigError(f"config file {path!r} defines no get_config(arg); add one")
-    c = module.get_config(arg or None)
+    try:
+        c = module.get_config(arg or None)
+    except UserError:
+        raise
+    except Exception as e:  # noqa: BLE001
+        raise ConfigError(f"get_config({arg or None!r}) of {path!r} raised {type(e).__name__}: {one_line(e)}; "
+                          "fix the config file or its argument") from e
     _check_keys(c, path)
     apply_overrides(c, overrides)
     TASKS.get(task_of(c)).validate(c)
@@ -271,13 +292,13 @@ def validate(c: ml_collections.ConfigDict) -> None:
         raise ConfigError(unknown("train.schedule value", t.schedule, SCHEDULES))
     positive = {"data.seq_len": d.seq_len, "data.batch_size": d.batch_size, "train.steps": t.steps,
                 "train.grad_accum": t.grad_accum, "train.lr": t.lr}
-    if t.steps == 0 and c.init_from:
+    if t.steps == 0:
+        if not c.init_from:
+            raise ConfigError("train.steps=0 only evaluates another run: set init_from=<workdir> or train.steps > 0")
         positive.pop("train.steps")  # evaluate another run's params without training
     for key, val in positive.items():
         if val <= 0:
             raise ConfigError(f"{key} must be positive, got {val}")
-    if t.steps == 0 and not c.init_from:
-        raise ConfigError("train.steps=0 only evaluates another run: set init_from=<workdir> or train.steps > 0")
     for key in ("log_every", "eval_every", "ckpt_every"):
         if t[key] < 1:  # every k steps and the last; 0 would divide by zero after the first step
             raise ConfigError(f"train.{key}={t[key]} must be >= 1 (the final step is always included; to do it "

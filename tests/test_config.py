@@ -1,3 +1,5 @@
+import re
+
 import pytest
 
 from edge_jax.cli import _split_config_overrides
@@ -128,3 +130,23 @@ def test_registry_names_and_errors():
         reg.register("red", 3)
     with pytest.raises(ConfigError, match=r"unknown paint\.colour value 'rde'; did you mean 'red'"):
         reg.get("rde")
+
+
+def test_values_of_the_wrong_kind_and_broken_config_files_are_one_line(tmp_path):
+    for override, says in (("train.steps=[1]", "'train.steps' needs a number, got '[1]'"),
+                           ("data.batch_size={}", "'data.batch_size' needs a number"),
+                           ("model.engram_layers=5", "'model.engram_layers' needs a list like [1,2]"),
+                           ("train.steps=0", "train.steps=0 only evaluates another run: set init_from=")):
+        with pytest.raises(ConfigError, match=re.escape(says)):
+            load_config("configs/lm.py:size=tiny", [override])
+    with pytest.raises(ConfigError, match="'train.steps' needs a number, got 'x'"):
+        load_config("configs/lm.py:size=tiny", {"train.steps": "x"})
+    with pytest.raises(ConfigError, match=r"'train.steps' needs a number, got \[2\]"):
+        load_config("configs/lm.py:size=tiny", {"train.steps": [2]})            # a grid's Python value
+    raises, broken = tmp_path / "raises.py", tmp_path / "broken.py"
+    raises.write_text("def get_config(arg):\n    raise KeyError('size')\n")
+    broken.write_text("def get_config(arg:\n")
+    with pytest.raises(ConfigError, match=r"get_config\(None\) of .*raises.py' raised KeyError: size; fix"):
+        load_config(str(raises))
+    with pytest.raises(ConfigError, match=r"broken.py' failed to load \(SyntaxError: "):
+        load_config(str(broken))
