@@ -20,6 +20,8 @@ config and a fixed seed, with the gold position shuffled:
                against the values of the other keys in the same text (the model must retrieve
                the right key, not any number it saw). The text fills ``max_length`` tokens.
 
+Their documents are checked as the benchmarks' are (:mod:`edge_jax.eval.validate`).
+
 ``--tasks builtin`` runs all three.
 """
 from __future__ import annotations
@@ -29,6 +31,7 @@ import os
 import random
 
 from edge_jax.eval.tasks import GROUPS, TASKS, BuiltinSource, Format, Task, TaskError
+from edge_jax.eval.validate import check_documents
 
 SEED = 0
 FACTS_DOCS, CODE_DOCS, LONGCTX_DOCS = 1200, 1000, 200
@@ -42,6 +45,13 @@ def _shuffled(rng: random.Random, gold: str, others: list[str]) -> tuple[list[st
     choices = [gold, *others]
     rng.shuffle(choices)
     return choices, choices.index(gold)
+
+
+def _checked(name: str, split: str, docs: list[dict]) -> list[dict]:
+    """``docs``, checked as every task's documents are (:mod:`edge_jax.eval.validate`)."""
+    check_documents(name, docs, lambda i: f"{name} (built-in, split '{split}') record index {i}",
+                    fix="the construction should never make one: please report it with the run's data config")
+    return docs
 
 
 def _question_format() -> Format:
@@ -75,7 +85,7 @@ def _facts_docs(entities: int, split: str) -> tuple:
 
 
 def _load_facts(source: BuiltinSource, split: str) -> list[dict]:
-    return list(_facts_docs(_facts_entities(source.data_cfg), split))
+    return _checked("facts_mc", split, list(_facts_docs(_facts_entities(source.data_cfg), split)))
 
 
 # ---- code_cloze ----
@@ -121,7 +131,7 @@ def _code_docs(data_dir: str, max_files: str) -> tuple:
 def _load_code(source: BuiltinSource, split: str) -> list[dict]:
     from edge_jax.data.sources import PYSTDLIB_MAX_FILES_ENV, data_dir_default
     data_dir = getattr(source.data_cfg, "data_dir", "") or data_dir_default()
-    return list(_code_docs(data_dir, os.environ.get(PYSTDLIB_MAX_FILES_ENV, "")))
+    return _checked("code_cloze", split, list(_code_docs(data_dir, os.environ.get(PYSTDLIB_MAX_FILES_ENV, ""))))
 
 
 # ---- longctx_mc ----
@@ -165,7 +175,8 @@ def _spread(filler: list[str], needles: list[str]) -> str:
 
 def _load_longctx(source: BuiltinSource, split: str) -> list[dict]:
     rng = random.Random(f"longctx_mc:{source.max_length}:{SEED}")
-    return [_longctx_doc(rng, source.tokenizer, source.max_length) for _ in range(LONGCTX_DOCS)]
+    return _checked("longctx_mc", split, [_longctx_doc(rng, source.tokenizer, source.max_length)
+                                          for _ in range(LONGCTX_DOCS)])
 
 
 TASKS.register("facts_mc", Task("facts_mc", _question_format(), _load_facts, "test", "train", "edge_jax facts_mc v2",

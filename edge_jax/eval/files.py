@@ -3,9 +3,11 @@
 ``<data_dir>/<task>/`` holds one split per file: ``<split>.jsonl`` (or ``.jsonl.gz``), or
 ``<split>.parquet``, or Hugging Face's shards ``<split>-00000-of-0000N.parquet``; the records keep
 the published field names (docs/eval.md has the table). Nothing is downloaded: a missing
-directory or split, or a record without a field the task reads, is a one-line :class:`TaskError`
-naming the path, the files expected or the missing field (a line that is not a JSON object is the
-data layer's one-line :class:`~edge_jax.data.DataError`).
+directory or split is a one-line :class:`TaskError` naming the path and the files expected; a
+record that lacks a field the task reads, or holds a value its format cannot score (a label out of
+range, null or empty text, ...), is a one-line :class:`~edge_jax.eval.validate.RecordError` naming
+the file, the line (parquet: the row) and the field (a line that is not a JSON object is the data
+layer's one-line :class:`~edge_jax.data.DataError`).
 """
 from __future__ import annotations
 
@@ -15,6 +17,7 @@ import os
 
 from edge_jax.data.file_sources import jsonl_records
 from edge_jax.eval.tasks import TaskError
+from edge_jax.eval.validate import check_documents
 
 
 def split_files(task_dir: str, split: str) -> list[str]:
@@ -27,27 +30,20 @@ def split_files(task_dir: str, split: str) -> list[str]:
     return []
 
 
-def _read(path: str) -> list[dict]:
+def _read(path: str) -> list[tuple[str, dict]]:
+    """``(where, record)`` for every record of ``path``: where is ``<path> line N`` (JSON lines, the
+    file's own line numbers) or ``<path> row N`` (parquet, from 1)."""
     if path.endswith(".parquet"):
         import pyarrow.parquet as pq
-        return pq.read_table(path).to_pylist()
+        return [(f"{path} row {i}", r) for i, r in enumerate(pq.read_table(path).to_pylist(), 1)]
     opener = gzip.open if path.endswith(".gz") else open
     with opener(path, "rt", encoding="utf-8") as f:
-        return [record for _, record in jsonl_records(f, path)]
-
-
-def _missing(record: dict, field: str) -> bool:
-    """Whether a dotted ``field`` (``choices.text``) is absent from ``record``."""
-    node = record
-    for part in field.split("."):
-        if not isinstance(node, dict) or part not in node:
-            return True
-        node = node[part]
-    return False
+        return [(f"{path} line {i}", record) for i, record in jsonl_records(f, path)]
 
 
 def read_split(data_dir: str, task: str, split: str, fields: tuple[str, ...]) -> list[dict]:
-    """Every record of ``<data_dir>/<task>/<split>.*``, checked for ``fields``."""
+    """Every record of ``<data_dir>/<task>/<split>.*``, each checked to hold what ``task``'s format
+    reads (:mod:`edge_jax.eval.validate`; a task without a schema there: that ``fields`` are present)."""
     task_dir = os.path.join(os.path.expanduser(data_dir), task)
     files = split_files(task_dir, split)
     if not files:
@@ -55,13 +51,9 @@ def read_split(data_dir: str, task: str, split: str, fields: tuple[str, ...]) ->
         raise TaskError(f"{task}: {what} at {task_dir}; put the published '{split}' split there as "
                         f"{split}.jsonl or {split}.parquet (or {split}-00000-of-00001.parquet) with "
                         f"fields {', '.join(fields)} (docs/eval.md)")
-    docs = [r for path in files for r in _read(path)]
-    for i, record in enumerate(docs):
-        lacking = [f for f in fields if _missing(record, f)]
-        if lacking:
-            raise TaskError(f"{task}: record {i} of {files[0] if len(files) == 1 else task_dir + '/' + split + '*'} "
-                            f"has no field {lacking[0]!r} (it has {', '.join(sorted(record)) or 'none'}); "
-                            f"the {task} layout needs {', '.join(fields)}")
-    if not docs:
+    located = [r for path in files for r in _read(path)]
+    if not located:
         raise TaskError(f"{task}: {', '.join(files)} hold no records; put the published '{split}' split there")
+    docs = [record for _, record in located]
+    check_documents(task, docs, lambda i: located[i][0], required=fields)
     return docs

@@ -104,7 +104,8 @@ def run_tasks(scorer, names, *, data_dir: str = "", builtin: BuiltinSource | Non
               log: Callable[[str], None] | None = print) -> dict:
     """Score every task in ``names`` (groups expanded); write ``out_dir/<task>.json`` as each finishes.
     Returns ``{"zero_shot/<task>": acc, ..., "zero_shot_avg": mean acc}``. Every task's data is
-    checked to load before any model call, so a missing file fails before anything is written."""
+    loaded and checked (:mod:`edge_jax.eval.validate`) before any model call, so a missing file or a
+    record that cannot be scored fails before anything is scored or written."""
     tasks = [TASKS.get(n) for n in expand(names)]
     # every task's documents (and few-shot pool) are read up front: fail fast, write nothing half
     examples = {t.name: task_examples(t, source_for(t, data_dir, builtin), num_fewshot, limit) for t in tasks}

@@ -78,7 +78,9 @@ class Format:
 @dataclasses.dataclass(frozen=True)
 class Task:
     """A registered task. ``load(source, split) -> list[dict]`` reads its documents (``source`` is
-    what ``edge-jax eval`` was given: a data dir, ``tfds:<dir>``, or the run for built-in tasks);
+    what ``edge-jax eval`` was given: a data dir, ``tfds:<dir>``, or the run for built-in tasks; every
+    loader checks the documents with :func:`edge_jax.eval.validate.check_documents`, so a document
+    the format cannot score is an error naming where it is, never a wrong score);
     ``eval_split`` is scored, ``fewshot_split`` supplies shots (None: no few-shot); ``version``
     names the prompt format (lm-eval's task and version for the ten MeKi tasks). Chance level is
     computed from the documents (the mean of 1 / number of choices)."""

@@ -9,7 +9,9 @@ published dataset, ``DEVIATIONS`` says what differs; SciQ and LAMBADA (OpenAI) a
 TFDS (``NOT_IN_TFDS`` says why). Every split is read
 whole with ``tfds.data_source`` from array_record files (no TensorFlow needed) and nothing is
 downloaded; a dataset that is not prepared is a one-line :class:`TaskError` naming the
-``tfds build`` command.
+``tfds build`` command. The converted documents are checked like the files' (:mod:`edge_jax.eval.validate`):
+a record the task cannot score (an unlabelled one: TFDS's label -1) is a one-line error naming the
+dataset, split, record index and field.
 
 TFDS stores examples in its own (hashed-key) order, not the published files' order: the same
 documents, so zero-shot scores are unaffected, but few-shot draws and ``--limit`` subsets differ
@@ -23,6 +25,7 @@ from typing import Callable
 
 from edge_jax.errors import unknown
 from edge_jax.eval.tasks import TaskError
+from edge_jax.eval.validate import check_documents
 
 TFDS_VERSION = "4.9.10"
 # task -> why it is not read from TFDS (its files go in a data dir instead)
@@ -164,4 +167,7 @@ def read_tfds(tfds_dir: str, task: str, split: str) -> list[dict]:
                             f"{TFDS_VERSION}'s {name} has ({type(e).__name__}: {e}); rebuild it with {build}") from None
     if not docs:
         raise TaskError(f"{task}: TFDS '{name}' split '{tfds_split}' in {path} is empty; rebuild it with {build}")
+    check_documents(task, docs, lambda i: f"{task}: TFDS '{name}' split '{tfds_split}' in {path}, record index {i}",
+                    fix=f"that split cannot be scored as it is; rebuild it with {build}, or pass the published "
+                        "files (docs/eval.md)")
     return docs
