@@ -45,7 +45,7 @@ def test_cli_errors_are_one_line_and_write_nothing(workdir, capsys, tmp_path):
         (["--tasks", "arc_easy"], "pass --data-dir DIR"),
         (["--tasks", "builtin,piqa", "--data-dir", str(tmp_path / "none")], "piqa: no 'validation' split at"),
         (["--tasks", "longctx_mc", "--num-fewshot", "1"], "longctx_mc has no split to draw few-shot"),
-        (["--tasks", "facts_mc", "--num-fewshot", "-1"], "--num-fewshot=-1 must be >= 0"),
+        (["--tasks", "facts_mc", "--num-fewshot", "-1"], "argument --num-fewshot: needs an integer >= 0, got -1"),
         (["--tasks", "code_cloze", "--no-truncate"], "is longer than the model's 128 and truncation is off"),
         (["--tasks", "facts_mc", "--fold"], "--fold: model.memory='none' has no MeKi memory to fold"),
     ]

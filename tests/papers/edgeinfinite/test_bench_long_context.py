@@ -104,7 +104,7 @@ def test_bad_sizes_are_one_line_errors(capsys):
     with pytest.raises(ValueError, match="chunk, repeats and batch must be positive"):
         LC.measure(cfg, (512,), chunk=0)
     for extra, needle in ((["--window", "65"], "use --window <= --segment"), (["--lengths", "2k"], "--lengths"),
-                          (["--kv-heads", "3"], "multiple of --kv-heads"), (["--repeats", "0"], "must be positive"),
+                          (["--kv-heads", "3"], "multiple of --kv-heads"), (["--repeats", "0"], "argument --repeats: needs an integer >= 1"),
                           (["--preset", "tiny"], "--preset")):
         assert main(["bench", "long-context", *FLAGS, "--lengths", "512", *extra]) == 2
         err = capsys.readouterr().err.strip()
