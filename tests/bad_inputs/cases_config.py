@@ -50,7 +50,7 @@ CASES = [
     Case("steps_negative", _set("train.steps=-1"), "train.steps must be positive, got -1"),
     Case("lr_zero", _set("train.lr=0"), "train.lr must be positive, got 0"),
     Case("batch_size_zero", _set("data.batch_size=0"), "data.batch_size must be positive"),
-    Case("steps_zero_without_init_from", _set("train.steps=0"), "train.steps must be positive, got 0"),
+    Case("steps_zero_without_init_from", _set("train.steps=0"), "train.steps=0 only evaluates another run"),
     Case("workers_negative", _set("data.workers=-1"), "data.workers=-1 must be >= 0"),
     Case("batch_not_divisible_by_grad_accum", _set("train.grad_accum=3"),
          "data.batch_size=8 is not divisible by train.grad_accum=3"),
