@@ -59,10 +59,14 @@ def doc_tokens(texts, tok, dtype) -> Iterator[np.ndarray]:
 
 def _write_piece(piece, tok, dtype, out) -> None:
     tmp = out.parent / f".{out.name}.{os.getpid()}.tmp"
-    with tmp.open("wb") as f:
-        for ids in doc_tokens(piece.texts(), tok, dtype):
-            f.write(ids.astype(dtype.newbyteorder("<"), copy=False).tobytes())
-    tmp.rename(out)
+    try:
+        with tmp.open("wb") as f:
+            for ids in doc_tokens(piece.texts(), tok, dtype):
+                f.write(ids.astype(dtype.newbyteorder("<"), copy=False).tobytes())
+        tmp.rename(out)
+    except BaseException:  # a bad record or a kill: no half-written shard left behind
+        tmp.unlink(missing_ok=True)
+        raise
 
 
 def prepare(source: Source, split: str, tok, tokens_dir: str,

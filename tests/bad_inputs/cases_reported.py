@@ -118,6 +118,9 @@ CASES = [
     Case("config_file_syntax_error", ["params", "--config", "{tmp}/bad.py"], "failed to load (SyntaxError",
          setup=write_file("bad.py", "def get_config(arg:\n")),
     Case("config_value_wrong_kind", train("--config.train.steps=[1]"), "'train.steps' needs a number, got '[1]'"),
+    Case("prepare_leaves_no_partial_shard", _prepare("name=jsonl:{tmp}/d/*.jsonl", "tokens_dir={tmp}/tok"),
+         "a.jsonl byte 16 is not JSON", setup=write_file("d/a.jsonl", '{"text": "a b"}\n{broken\n'),
+         changes=("tok/*/[0-9]*.bin",)),  # the pieces before the bad record are finished shards; no .tmp stays
     Case("task_dir_empty_split", _zero_shot("piqa"), "piqa: no 'validation' split at", setup=make_dir("tasks"),
          **TRAINED),
 ]
