@@ -17,7 +17,7 @@ from edge_jax.errors import ConfigError
 from edge_jax.eval import benchmarks, builtin  # noqa: F401  (register the tasks)
 from edge_jax.eval.files import split_files
 from edge_jax.eval.scorer import Scorer
-from edge_jax.eval.suite import run_tasks, source_for
+from edge_jax.eval.suite import run_tasks, source_for, task_examples
 from edge_jax.eval.tasks import TASKS, BuiltinSource, TaskError, expand
 from edge_jax.models.inputs import host_inputs
 from edge_jax.registry import EVALUATORS, SECTIONS, Evaluator, Section
@@ -78,14 +78,19 @@ SECTIONS.register("eval", Section("eval", EvalKeys, _validate,
 
 @PREPARE_HOOKS.register("zero_shot_data")
 def check_data(ctx: RunContext):
-    """Before the first step: every file-backed task named in ``eval.zero_shot`` has its files, so a
-    missing data dir fails now rather than after training."""
+    """Before the first step: every file-backed task named in ``eval.zero_shot`` has its files and every
+    record in them is valid (edge_jax.eval.validate), so a missing data dir or a bad label fails now
+    rather than after training."""
     e = ctx.config.eval
     if e.zero_shot:
         try:
-            check_tasks(e.zero_shot, e.data_dir, e.num_fewshot)
+            names = check_tasks(e.zero_shot, e.data_dir, e.num_fewshot)
         except TaskError as err:
             raise ConfigError(f"eval.zero_shot: {err}") from None
+        for name in names:
+            task = TASKS.get(name)
+            if not task.builtin:
+                task_examples(task, source_for(task, e.data_dir, None), e.num_fewshot, e.limit)
     return ctx.run
 
 
