@@ -8,7 +8,10 @@ K devices: K simulated CPU devices (``XLA_FLAGS=--xla_force_host_platform_device
 machine with NVIDIA GPUs the GPUs ``i*K .. i*K+K-1`` (``JAX_LOCAL_DEVICE_IDS``). Every output line is
 prefixed with its process id. When a process fails, the others are stopped (SIGTERM, then SIGKILL
 after a grace period) and the launcher exits with the failed process's status; when all succeed it
-exits 0. ``edge-jax`` as the command runs this interpreter's edge_jax (``python -m edge_jax.cli``).
+exits 0. A SIGTERM to the launcher is passed on to every process; a process that was preempted (exit
+75, :data:`edge_jax.errors.EXIT_PREEMPTED`: it saved a checkpoint) does not stop the others, which save
+the same step, and the launcher then exits 75 too. ``edge-jax`` as the command runs this interpreter's
+edge_jax (``python -m edge_jax.cli``).
 """
 from __future__ import annotations
 
@@ -22,7 +25,7 @@ import threading
 import time
 
 from edge_jax.distributed import COORDINATOR, NUM_PROCESSES, PROCESS_ID, nvidia_gpus
-from edge_jax.errors import ConfigError
+from edge_jax.errors import EXIT_PREEMPTED, ConfigError
 from edge_jax.utils.args import count
 
 GRACE_S = 5.0       # between SIGTERM and SIGKILL of the processes left when one failed
@@ -89,19 +92,25 @@ def launch(n: int, k: int, command: list[str], out=None) -> int:
         pumps.append(threading.Thread(target=_pump, args=(i, p.stdout, out, lock), daemon=True))
         pumps[-1].start()
     status = 0
+    main_thread = threading.current_thread() is threading.main_thread()
+    previous = signal.signal(signal.SIGTERM, lambda *_: _forward(procs, signal.SIGTERM)) if main_thread else None
     try:
         while True:
             codes = [p.poll() for p in procs]
-            failed = [(i, c) for i, c in enumerate(codes) if c not in (None, 0)]
+            failed = [(i, c) for i, c in enumerate(codes) if c not in (None, 0, EXIT_PREEMPTED)]
             if failed:
                 status = _stop_after(failed[0], procs, out, lock)
                 break
-            if all(c == 0 for c in codes):
+            if all(c is not None for c in codes):  # done; or preempted: each saved the same step
+                status = EXIT_PREEMPTED if EXIT_PREEMPTED in codes else 0
                 break
             time.sleep(POLL_S)
     except KeyboardInterrupt:
         _stop(procs)
         status = 130
+    finally:
+        if main_thread:
+            signal.signal(signal.SIGTERM, previous)
     for t in pumps:
         t.join(timeout=GRACE_S)
     return status
@@ -117,6 +126,17 @@ def _stop_after(failed: tuple[int, int], procs, out, lock) -> int:
         out.write(f"edge-jax launch: process {i} exited with status {code}{stopped}\n")
         out.flush()
     return code if code > 0 else 128 - code   # killed by signal s: 128 + s, as a shell reports it
+
+
+def _forward(procs, sig) -> None:
+    """Send ``sig`` to every running process group (the launcher's own SIGTERM: each process saves and exits
+    75, and the launcher exits 75 once all have)."""
+    for p in procs:
+        if p.poll() is None:
+            try:
+                os.killpg(p.pid, sig)
+            except ProcessLookupError:
+                pass
 
 
 def _stop(procs) -> None:

@@ -38,3 +38,28 @@ def test_all_succeed_is_status_0_and_a_missing_command_is_one_line(capsys):
     assert main(["launch", "--processes", "2", "--", sys.executable, "-c", "print('ok')"]) == 0
     assert main(["launch", "--processes", "2"]) == 2
     assert "needs a command after --" in capsys.readouterr().err
+
+
+def test_sigterm_to_the_launcher_reaches_every_process_and_a_preempted_job_exits_75(tmp_path):
+    """Each process saves on SIGTERM and exits 75 (here: a script that says so, at different times): none is
+    stopped early, and the launcher exits 75."""
+    import os
+    import signal
+    import subprocess
+    script = tmp_path / "saves.py"
+    script.write_text(
+        "import os, signal, sys, time\n"
+        "signal.signal(signal.SIGTERM, lambda *_: (time.sleep(0.5 * int(os.environ['JAX_PROCESS_ID'])),\n"
+        "                                          print('saved', flush=True), sys.exit(75)))\n"
+        f"open(os.path.join({str(tmp_path)!r}, 'up.' + os.environ['JAX_PROCESS_ID']), 'w').close()\n"
+        "time.sleep(120)\n")
+    proc = subprocess.Popen([sys.executable, "-m", "edge_jax.cli", "launch", "--processes", "2", "--",
+                             sys.executable, str(script)], stdout=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 60
+    while not all(os.path.exists(tmp_path / f"up.{i}") for i in (0, 1)):
+        assert time.monotonic() < deadline and proc.poll() is None
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGTERM)
+    out, _ = proc.communicate(timeout=60)
+    assert proc.returncode == 75, out
+    assert "[0] saved" in out and "[1] saved" in out and "stopped process" not in out
