@@ -3,11 +3,13 @@
 Config options follow big_vision: ``--config configs/lm.py:size=tiny --config.train.steps=200``.
 Errors a user can fix (:class:`edge_jax.errors.UserError`) are printed as one line
 (``edge-jax: error: ...``) with exit status 2, and so are argparse's refusals (:class:`Parser`); each
-command checks its arguments (:mod:`edge_jax.utils.args`) before it starts work. The core subcommands are defined here; each paper
-adds its own through :data:`edge_jax.registry.COMMANDS` (see :func:`build_parser`). Every command
-that runs models may be one process of a multi-process job: it takes ``--coordinator-address``,
-``--num-processes`` and ``--process-id`` and joins the job before anything starts JAX
-(:func:`edge_jax.distributed.start`; docs/multihost.md).
+command checks its arguments (:mod:`edge_jax.utils.args`) before it starts work. A run stopped by
+SIGTERM after saving a checkpoint (:class:`edge_jax.errors.Preempted`) prints one line and exits 75.
+The core subcommands are defined here; each paper adds its own through
+:data:`edge_jax.registry.COMMANDS` (see :func:`build_parser`). Every command that runs models may be
+one process of a multi-process job: it takes ``--coordinator-address``, ``--num-processes`` and
+``--process-id`` and joins the job before anything starts JAX (:func:`edge_jax.distributed.start`;
+docs/multihost.md).
 """
 from __future__ import annotations
 
