@@ -20,6 +20,7 @@ The path checks run inside a command, before it writes anything, and raise a
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import tempfile
 from pathlib import Path
@@ -53,37 +54,30 @@ def at_least(low: int):
 count = at_least(1)
 
 
-def positive(text: str) -> float:
-    """An argparse type: a number > 0."""
+def _number(text: str, accept, want: str) -> float:
+    """``text`` as a finite number that ``accept`` takes, else argparse's one-line refusal naming ``want``."""
     try:
         value = float(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"needs a number, got {text!r}") from None
-    if not value > 0 or value != value or value == float("inf"):
-        raise argparse.ArgumentTypeError(f"needs a finite number > 0, got {text}")
+        raise argparse.ArgumentTypeError(f"needs {want}, got {text!r}") from None
+    if not (math.isfinite(value) and accept(value)):
+        raise argparse.ArgumentTypeError(f"needs {want}, got {text}")
     return value
+
+
+def positive(text: str) -> float:
+    """An argparse type: a finite number > 0."""
+    return _number(text, lambda v: v > 0, "a finite number > 0")
 
 
 def non_negative(text: str) -> float:
     """An argparse type: a finite number >= 0."""
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"needs a number, got {text!r}") from None
-    if not 0 <= value < float("inf"):
-        raise argparse.ArgumentTypeError(f"needs a finite number >= 0, got {text}")
-    return value
+    return _number(text, lambda v: v >= 0, "a finite number >= 0")
 
 
 def ratio(text: str) -> float:
     """An argparse type: a number in (0, 1]."""
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"needs a number in (0, 1], got {text!r}") from None
-    if not 0 < value <= 1:
-        raise argparse.ArgumentTypeError(f"needs a number in (0, 1], got {text}")
-    return value
+    return _number(text, lambda v: 0 < v <= 1, "a number in (0, 1]")
 
 
 def output_dir(path: str | os.PathLike, flag: str) -> Path:
