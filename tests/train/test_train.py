@@ -59,12 +59,15 @@ def test_nan_loss_stops_and_keeps_last_good_checkpoint(tiny_config, tmp_path):
     wd = str(tmp_path / "nan")
     cfg = tiny_config(**{"train.steps": 40, "train.lr": 1e6, "train.warmup_steps": 1, "train.clip_norm": 0.0,
                          "train.ckpt_every": 1})
-    with pytest.raises(TrainingError, match=r"at step \d+; last good checkpoint is step \d+") as e:
+    with pytest.raises(TrainingError, match=r"at step \d+; the last healthy checkpoint is step \d+ ") as e:
         train_and_evaluate(cfg, wd)
     assert "\n" not in str(e.value)
     bad = int(str(e.value).split("at step ")[1].split(";")[0])
     saved = sorted(int(d) for d in os.listdir(os.path.join(wd, "checkpoints")) if d.isdigit())
     assert saved and saved[-1] == bad - 1
+    text = str(e.value)
+    good = int(text.split("healthy checkpoint is step ")[1].split()[0])
+    assert good in saved and f"--config.init_from={wd} --config.init_step={good} --config.train.lr=5e+05" in text
 
 
 def _cli(workdir, steps, data_dir):
