@@ -210,6 +210,12 @@ def _alone() -> bool:
     return process_count() == 1 or _SOLO.get()
 
 
+def share() -> tuple[int, int]:
+    """``(i, n)``: this process does the i-th of n equal parts of work the job splits (``(0, 1)`` alone or
+    inside :func:`solo`)."""
+    return (0, 1) if _alone() else (process_index(), process_count())
+
+
 @contextlib.contextmanager
 def solo():
     """Within this block this process works alone: it writes its own files (a copy on a host-local

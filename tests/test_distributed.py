@@ -97,3 +97,13 @@ def test_no_libtpu_chatter_on_a_machine_without_a_tpu(tmp_path):
                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr[-2000:]
     assert "params" in out.stdout.lower() and out.stderr.strip() == ""
+
+
+def test_share_is_the_whole_work_alone_and_inside_solo(monkeypatch):
+    from edge_jax import distributed
+    assert distributed.share() == (0, 1)
+    monkeypatch.setattr(distributed, "process_count", lambda: 4)
+    monkeypatch.setattr(distributed, "process_index", lambda: 2)
+    assert distributed.share() == (2, 4)
+    with distributed.solo():
+        assert distributed.share() == (0, 1)      # one process's own copy: all of it

@@ -141,9 +141,8 @@ class Checkpointer:
         without them, None when intact; each process of a job hashes its share of the files."""
         if not self.verified:
             return checksums.UNVERIFIED
-        share = (distributed.process_index(), distributed.process_count())
         found = distributed.gather(f"verify {self.directory} {step}",
-                                   checksums.verify(os.path.join(self.directory, str(step)), share))
+                                   checksums.verify(os.path.join(self.directory, str(step)), distributed.share()))
         return next((w for w in found if w not in (None, checksums.UNVERIFIED)), found[0])
 
     def _move_aside(self, step: int) -> str:
