@@ -398,4 +398,3 @@ def test_no_post_skips_the_post_hook(ablation, tmp_path):
     assert rc == 0 and "os:no_such: not run (--no-post)" in logs
     with pytest.raises(AttributeError):      # without the flag the (missing) hook is called
         cli([ablation, "--out", out, "--seeds", 1, "--tables-only"])
-
