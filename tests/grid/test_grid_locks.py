@@ -14,6 +14,7 @@ from pathlib import Path
 import ml_collections
 import pytest
 
+from edge_jax.config import apply_overrides
 from edge_jax.grid import command, locks, runner, spec
 
 REPO = Path(__file__).resolve().parents[2]
@@ -55,14 +56,8 @@ sys.exit(command.run(parser.parse_args(sys.argv[2:]), train_fn=train, load_confi
 
 
 def fake_load(base, overrides):
-    c = ml_collections.ConfigDict({"seed": 0, "train": {"steps": 10, "schedule": "cosine"}})
-    for key, value in overrides.items():
-        *parents, leaf = key.split(".")
-        node = c
-        for p in parents:
-            node = node[p]
-        node[leaf] = value
-    return c
+    return apply_overrides(ml_collections.ConfigDict({"seed": 0, "train": {"steps": 10, "schedule": "cosine"}}),
+                           overrides)
 
 
 class Train:
