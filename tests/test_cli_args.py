@@ -78,6 +78,11 @@ def _fill(argv, paths, **more):
     return [a.format(**paths, **more) for a in argv]
 
 
+def _ids(value):
+    """A parametrize id: a command's first two words, or the flag."""
+    return " ".join(value[:2]) if isinstance(value, list) else value
+
+
 OUTPUT_DIRS = [  # (argv, flag); {out} is the directory the command would write
     (["train", "--config", TINY, "--workdir", "{out}"], "--workdir"),
     (["cache", "run", "--config", "configs/cache.py", "--workdir", "{out}"], "--workdir"),
@@ -89,7 +94,7 @@ OUTPUT_DIRS = [  # (argv, flag); {out} is the directory the command would write
 ]
 
 
-@pytest.mark.parametrize("argv,flag", OUTPUT_DIRS, ids=lambda v: " ".join(v[:2]) if isinstance(v, list) else v)
+@pytest.mark.parametrize("argv,flag", OUTPUT_DIRS, ids=_ids)
 def test_a_file_given_as_an_output_directory_is_one_line(argv, flag, paths, capsys):
     assert main(_fill(argv, paths, out=paths["file"])) == 2
     _one_line(capsys, flag, "is a file, not a directory")
@@ -109,7 +114,7 @@ def _proc_is_read_only() -> bool:
 @pytest.mark.skipif(not _proc_is_read_only(), reason="/proc/1 is writable here")
 @pytest.mark.parametrize("argv,flag", OUTPUT_DIRS + [(["eval", "--workdir", "/proc/1", "--tasks", "facts_mc"],
                                                       "--workdir")],
-                         ids=lambda v: " ".join(v[:2]) if isinstance(v, list) else v)
+                         ids=_ids)
 def test_a_directory_nobody_can_write_is_one_line(argv, flag, paths, capsys):
     """/proc/1 refuses new files even to the superuser, for whom permission bits do not."""
     assert main(_fill(argv, paths, out="/proc/1/w")) == 2
@@ -128,7 +133,7 @@ OUTPUT_FILES = [
 ]
 
 
-@pytest.mark.parametrize("argv,flag", OUTPUT_FILES, ids=lambda v: " ".join(v[:2]) if isinstance(v, list) else v)
+@pytest.mark.parametrize("argv,flag", OUTPUT_FILES, ids=_ids)
 def test_a_directory_given_as_an_output_file_is_one_line(argv, flag, paths, capsys):
     assert main(_fill(argv, paths, out=paths["dir"])) == 2
     _one_line(capsys, flag, "is a directory; give a file path")
