@@ -5,7 +5,7 @@
 PLE uses d_ple = d_mem (ROM L*|V|*d_mem, as MeKi); Engram's tables are sized to a similar ROM
 (configs/meki.py, layers/engram.py). The baseline row is Table 1's.
 """
-from edge_jax.layers.memory.ngram_hash import engram_placement
+from edge_jax.layers.token_memory.ngram_hash import engram_placement
 from edge_jax.papers.meki.grid import BASELINE, MEKI, ZERO_SHOT, meki_grid
 
 # (n_layers, vocab) of the preset's base model; placed as configs/meki.py:memory=engram places it.

@@ -16,8 +16,8 @@ left every model at chance. Validation loss is on pystdlib (the first part); aft
 held-out facts questions are answered greedily for exact-match recall.
 """
 from edge_jax.config import ConfigError, parse_arg
-from edge_jax.layers.memory.base import MEMORY_KINDS
-from edge_jax.layers.memory.ngram_hash import engram_placement
+from edge_jax.layers.token_memory.base import MEMORY_KINDS
+from edge_jax.layers.token_memory.ngram_hash import engram_placement
 from edge_jax.models.presets import MEKI_PAPER, sized_config
 
 CPU_DATA = dict(name="pystdlib+facts*64", tokenizer="spm:4096", facts_entities=60)

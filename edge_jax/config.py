@@ -1,6 +1,6 @@
 """Config schema, loading (big_vision style ``file.py:arg``), overrides, validation and upgrades.
 
-A config's ``task`` (``lm`` when absent) picks its schema from :data:`edge_jax.registry.TASKS`.
+A config's ``task`` (``lm`` when absent) picks its schema from :data:`edge_jax.registry.CONFIG_TASKS`.
 The ``lm`` schema is assembled from declarations: the run's core keys below (data, train, mesh)
 and every :class:`~edge_jax.registry.Section` that code beside a feature registered (the model's
 keys beside each layer, a paper's own sections in ``edge_jax/papers/<paper>/config.py``), so
@@ -21,7 +21,7 @@ from typing import Any, Iterable, Mapping
 import ml_collections
 
 from edge_jax.errors import ConfigError, UserError, one_line, unknown
-from edge_jax.registry import SECTIONS, TASKS, Task
+from edge_jax.registry import CONFIG_TASKS, SECTIONS, ConfigTask
 
 __all__ = ["ConfigError", "apply_overrides", "base_config", "flatten", "load_config", "parse_arg",
            "schema_defaults", "task_of", "unflatten", "upgrade_config", "validate"]
@@ -225,7 +225,7 @@ def task_of(c) -> str:
 
 def schema_defaults(c) -> ml_collections.ConfigDict:
     """The schema ``c`` follows, at its defaults."""
-    return TASKS.get(task_of(c)).schema()
+    return CONFIG_TASKS.get(task_of(c)).schema()
 
 
 def _check_keys(c, path: str) -> None:
@@ -260,7 +260,7 @@ def load_config(spec: str, overrides: Mapping[str, Any] | Iterable[str] = ()) ->
                           "fix the config file or its argument") from e
     _check_keys(c, path)
     apply_overrides(c, overrides)
-    TASKS.get(task_of(c)).validate(c)
+    CONFIG_TASKS.get(task_of(c)).validate(c)
     return c
 
 
@@ -367,4 +367,4 @@ def parse_lr_multipliers(entries) -> tuple[tuple[re.Pattern, float], ...]:
     return tuple(out)
 
 
-TASKS.register("lm", Task(schema=base_config, validate=validate))
+CONFIG_TASKS.register("lm", ConfigTask(schema=base_config, validate=validate))

@@ -137,7 +137,7 @@ class Section:
 
 
 @dataclasses.dataclass(frozen=True)
-class Task:
+class ConfigTask:
     """A kind of run a config file can describe (``config.task``; ``lm`` when absent): its schema
     at the defaults and its validation. What runs it is registered in :data:`RUNNERS`."""
     schema: Callable[[], Any]
@@ -157,7 +157,7 @@ class Evaluator:
 
 
 # Config: tasks and the key declarations of the language-model task's features.
-TASKS: Registry[Task] = Registry("task", key="task")
+CONFIG_TASKS: Registry[ConfigTask] = Registry("task", key="task")
 RUNNERS: Registry[Callable[[Any, str], dict]] = Registry("task runner", key="task")  # run(config, workdir)
 SECTIONS: Registry[Section] = Registry("config section")
 # After training (edge_jax.train.loop), benchmarks (edge-jax bench), and CLI subcommands.

@@ -21,9 +21,11 @@ import numpy as np
 import pytest
 
 from edge_jax.infer import kv_select as sel
-from edge_jax.layers import cache_attention as ca
-from edge_jax.layers import dot_attention as da
-from edge_jax.layers import infini, infini_attention, mla
+from edge_jax.layers.attention import cached as ca
+from edge_jax.layers.attention import dot as da
+from edge_jax.layers.attention import mla
+from edge_jax.layers.infini import compressive as infini
+from edge_jax.layers.infini import segmented as infini_attention
 from edge_jax.layers.kernels import expert_ffn as kffn
 from edge_jax.layers.kernels import expert_ffn_gpu as kffn_gpu
 from edge_jax.layers.kernels import flash

@@ -176,11 +176,11 @@ def _quiet_tfds():
 
 @functools.lru_cache(maxsize=None)
 def _builder_config(kind: str, params: tuple):
-    from edge_jax.data.builders import copies, facts, longctx_builder, pystdlib
+    from edge_jax.data.builders import copies, facts, longctx_tfds, pystdlib
 
     return {"pystdlib": pystdlib.make_config, "facts": facts.make_config,
-            "longctx": longctx_builder.make_config,
-            "drills": functools.partial(longctx_builder.make_config, form="drills"),
+            "longctx": longctx_tfds.make_config,
+            "drills": functools.partial(longctx_tfds.make_config, form="drills"),
             "copies": copies.make_config}[kind](*params)
 
 

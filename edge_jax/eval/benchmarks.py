@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import re
 
-from edge_jax.eval.tasks import GROUPS, TASKS, Format, Task
+from edge_jax.eval.tasks import GROUPS, ZERO_SHOT_TASKS, Format, Task
 
 TFDS_PREFIX = "tfds:"
 
@@ -26,7 +26,7 @@ def _loader(name: str, fields: tuple[str, ...]):
 
 def _register(name: str, fmt: Format, fields: tuple[str, ...], eval_split: str, fewshot_split: str | None,
               version: str, description: str = "") -> None:
-    TASKS.register(name, Task(name, fmt, _loader(name, fields), eval_split, fewshot_split,
+    ZERO_SHOT_TASKS.register(name, Task(name, fmt, _loader(name, fields), eval_split, fewshot_split,
                               f"lm-eval {name} v{version}", description=description))
 
 

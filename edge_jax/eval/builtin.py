@@ -30,7 +30,7 @@ import functools
 import os
 import random
 
-from edge_jax.eval.tasks import GROUPS, TASKS, BuiltinSource, Format, Task, TaskError
+from edge_jax.eval.tasks import GROUPS, ZERO_SHOT_TASKS, BuiltinSource, Format, Task, TaskError
 from edge_jax.eval.validate import check_documents
 
 SEED = 0
@@ -141,7 +141,7 @@ _KEYS = ["falcon", "river", "lantern", "meadow", "harbor", "comet", "willow", "a
 
 
 def _longctx_doc(rng: random.Random, tokenizer, max_length: int) -> dict:
-    from edge_jax.data.builders.longctx import FILLER
+    from edge_jax.data.builders.longctx_tasks import FILLER
     keys = rng.sample(_KEYS, 4)
     values = [str(v) for v in rng.sample(range(1000, 10000), 4)]
     asked = rng.randrange(4)
@@ -179,13 +179,13 @@ def _load_longctx(source: BuiltinSource, split: str) -> list[dict]:
                                           for _ in range(LONGCTX_DOCS)])
 
 
-TASKS.register("facts_mc", Task("facts_mc", _question_format(), _load_facts, "test", "train", "edge_jax facts_mc v2",
+ZERO_SHOT_TASKS.register("facts_mc", Task("facts_mc", _question_format(), _load_facts, "test", "train", "edge_jax facts_mc v2",
                                 builtin=True, description="facts corpus, held-out question wordings"))
-TASKS.register("code_cloze", Task("code_cloze", Format("multiple_choice", lambda d: d["text"], lambda d: d["gold"],
+ZERO_SHOT_TASKS.register("code_cloze", Task("code_cloze", Format("multiple_choice", lambda d: d["text"], lambda d: d["gold"],
                                                        lambda d: d["choices"], target_delimiter=""),
                                   _load_code, "test", None, "edge_jax code_cloze v1", builtin=True,
                                   description="next line of a held-out pystdlib file"))
-TASKS.register("longctx_mc", Task("longctx_mc", _question_format(), _load_longctx, "test", None,
+ZERO_SHOT_TASKS.register("longctx_mc", Task("longctx_mc", _question_format(), _load_longctx, "test", None,
                                   "edge_jax longctx_mc v1", builtin=True,
                                   description="a key's value after filler, among the other keys' values"))
 GROUPS["builtin"] = ("facts_mc", "code_cloze", "longctx_mc")

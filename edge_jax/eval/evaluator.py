@@ -18,7 +18,7 @@ from edge_jax.eval import benchmarks, builtin  # noqa: F401  (register the tasks
 from edge_jax.eval.files import split_files
 from edge_jax.eval.scorer import Scorer
 from edge_jax.eval.suite import run_tasks, source_for, task_examples
-from edge_jax.eval.tasks import TASKS, BuiltinSource, TaskError, expand
+from edge_jax.eval.tasks import ZERO_SHOT_TASKS, BuiltinSource, TaskError, expand
 from edge_jax.models.inputs import host_inputs
 from edge_jax.registry import EVALUATORS, SECTIONS, Evaluator, Section
 from edge_jax.train.hooks import PREPARE_HOOKS, EvalContext, RunContext
@@ -44,7 +44,7 @@ def check_tasks(names: str, data_dir: str, num_fewshot: int = 0, files: bool = T
     a file-backed task with no data dir or no evaluation split there."""
     tasks = expand(names)
     for name in tasks:
-        task = TASKS.get(name)
+        task = ZERO_SHOT_TASKS.get(name)
         if num_fewshot and task.fewshot_split is None:
             raise TaskError(f"{name} has no split to draw few-shot examples from; use num_fewshot 0 or drop {name}")
         if task.builtin or not files:
@@ -88,7 +88,7 @@ def check_data(ctx: RunContext):
         except TaskError as err:
             raise ConfigError(f"eval.zero_shot: {err}") from None
         for name in names:
-            task = TASKS.get(name)
+            task = ZERO_SHOT_TASKS.get(name)
             if not task.builtin:
                 task_examples(task, source_for(task, e.data_dir, None), e.num_fewshot, e.limit)
     return ctx.run

@@ -18,7 +18,7 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from edge_jax.eval.tasks import TASKS, BuiltinSource, Example, Task, TaskError, build_examples, expand
+from edge_jax.eval.tasks import ZERO_SHOT_TASKS, BuiltinSource, Example, Task, TaskError, build_examples, expand
 from edge_jax.utils.atomic import write_json_atomic
 
 FEWSHOT_SEED = 1234  # lm-eval's default few-shot seed
@@ -106,7 +106,7 @@ def run_tasks(scorer, names, *, data_dir: str = "", builtin: BuiltinSource | Non
     Returns ``{"zero_shot/<task>": acc, ..., "zero_shot_avg": mean acc}``. Every task's data is
     loaded and checked (:mod:`edge_jax.eval.validate`) before any model call, so a missing file or a
     record that cannot be scored fails before anything is scored or written."""
-    tasks = [TASKS.get(n) for n in expand(names)]
+    tasks = [ZERO_SHOT_TASKS.get(n) for n in expand(names)]
     # every task's documents (and few-shot pool) are read up front: fail fast, write nothing half
     examples = {t.name: task_examples(t, source_for(t, data_dir, builtin), num_fewshot, limit) for t in tasks}
     # ... and tokenised (a request that cannot fit fails here too)

@@ -111,7 +111,7 @@ class Example:
     lengths: tuple[tuple[int, int], ...]
 
 
-TASKS: Registry[Task] = Registry("zero-shot task")
+ZERO_SHOT_TASKS: Registry[Task] = Registry("zero-shot task")
 # Names that stand for several tasks: `--tasks meki10` runs the ten MeKi benchmarks.
 GROUPS: dict[str, tuple[str, ...]] = {}
 
@@ -125,8 +125,8 @@ def expand(names: str | Iterable[str]) -> list[str]:
     out: list[str] = []
     for name in items:
         for n in GROUPS.get(name, (name,)):
-            if n not in TASKS:
-                raise TaskError(unknown("zero-shot task", n, list(TASKS.names()) + list(GROUPS)))
+            if n not in ZERO_SHOT_TASKS:
+                raise TaskError(unknown("zero-shot task", n, list(ZERO_SHOT_TASKS.names()) + list(GROUPS)))
             if n not in out:
                 out.append(n)
     return out

@@ -23,7 +23,7 @@ import re
 from typing import Any, Callable, Sequence
 
 from edge_jax.errors import one_line
-from edge_jax.eval.tasks import TASKS, Format, TaskError
+from edge_jax.eval.tasks import ZERO_SHOT_TASKS, Format, TaskError
 
 FIX = "fix or remove that record"
 _MISSING = object()
@@ -225,7 +225,7 @@ def problem(task: str, doc: Any, required: Sequence[str] = ()) -> str | None:
         wrong = check.problem(value, doc) if check is not None else None
         if wrong:
             return f"field {field!r} {wrong}"
-    return _format_problem(TASKS.get(task).format, doc) if task in TASKS else None
+    return _format_problem(ZERO_SHOT_TASKS.get(task).format, doc) if task in ZERO_SHOT_TASKS else None
 
 
 def check_documents(task: str, docs: Sequence[Any], where: Callable[[int], str], fix: str = FIX,

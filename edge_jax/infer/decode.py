@@ -5,7 +5,7 @@ path uses, in its plain layout: GQA keys and values, or MLA's latent and RoPE ke
 (``model.mla_absorb`` picks the naive or the absorbed decode), and a validity flag per slot;
 :func:`init_cache` sizes it (S slots). Every call writes its tokens in place at the next free slots,
 slot ``s`` holding position ``s``, and attends over the filled ones
-(:func:`edge_jax.layers.cache_attention.join_cache`); all rows of a batch advance together.
+(:func:`edge_jax.layers.attention.cached.join_cache`); all rows of a batch advance together.
 
 Folded MeKi can keep its tables outside the device (:func:`host_tables`): the rows of each step's
 tokens are gathered on the host and passed as ``meki_rows``, which is what the paper's on-device

@@ -15,7 +15,7 @@ each head (SnapKV); a chunk attends after its slots and the caller writes the ch
 (:func:`write`). A plain cache (no ``pos``) holds the token at position p in slot p with its key
 after RoPE; a chunk is written in place at its positions (:func:`fill`): plain decoding
 (:mod:`edge_jax.infer.decode`). How a chunk attends over either:
-:func:`edge_jax.layers.cache_attention.join_cache`. EdgeInfinite adds a memory per layer beside the
+:func:`edge_jax.layers.attention.cached.join_cache`. EdgeInfinite adds a memory per layer beside the
 cache: ``M`` [B, G, K, K] and ``z`` [B, G, K] (float32).
 
 :func:`apply_chunk` runs one chunk of tokens through the model (``DecoderLM``'s ``attn_context``) and
@@ -162,7 +162,7 @@ def pad_slots(cache: dict, extra: int) -> dict:
 def apply_chunk(model, params, tokens_BT, positions_BT, contexts: list[dict], **inputs):
     """``(logits [B, T, V], per-layer extras)`` of one chunk after the layers' caches ``contexts``
     (each a cache, optionally with EdgeInfinite's memory and requests: see
-    :func:`edge_jax.layers.cache_attention.context_attention`). ``inputs`` go to the model as they
+    :func:`edge_jax.layers.attention.cached.context_attention`). ``inputs`` go to the model as they
     are (e.g. ``meki_rows``). Not jitted: call it inside a jitted step."""
     logits, state = model.apply({"params": params}, tokens_BT, positions_BT, attn_context=contexts,
                                 mutable=["intermediates"], **inputs)

@@ -10,9 +10,9 @@ from __future__ import annotations
 import dataclasses
 
 from edge_jax.errors import ConfigError, unknown
-from edge_jax.layers import attention_kinds
 from edge_jax.layers import ffn as _ffn
-from edge_jax.layers import memory as _memory  # noqa: F401  (registers the memory kinds and their keys)
+from edge_jax.layers import token_memory as _memory  # noqa: F401  (registers the memory kinds and their keys)
+from edge_jax.layers.attention import kinds as attention_kinds
 from edge_jax.layers.kernels import backend as _kernels  # noqa: F401  (registers model.kernels)
 from edge_jax.layers.moe import layer as _moe  # noqa: F401  (registers the MoE keys)
 from edge_jax.layers.moe.plan import MoEExec
@@ -40,7 +40,7 @@ class DecoderKeys:
     dtype: str = "float32"
     param_dtype: str = "float32"
     init_std: float = 0.02
-    attention: str = "gqa"  # edge_jax.layers.attention_kinds.ATTENTION_KINDS
+    attention: str = "gqa"  # edge_jax.layers.attention.kinds.ATTENTION_KINDS
 
 
 def _validate(c) -> None:

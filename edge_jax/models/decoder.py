@@ -7,11 +7,11 @@ Parameter tree (names the HF converters rely on)::
     layers_i/attn/{q,k}_norm/scale [K], layers_i/ffn_norm/scale, layers_i/ffn/{gate,up,down}/kernel
     final_norm/scale [D], lm_head/kernel [D, V] (untied only)
 
-``attention=mla`` (PLM) replaces ``layers_i/attn`` by :class:`edge_jax.layers.mla.MLAttention`
+``attention=mla`` (PLM) replaces ``layers_i/attn`` by :class:`edge_jax.layers.attention.mla.MLAttention`
 (``q_proj``, ``kv_down``, ``kv_norm``, ``k_rope_proj``, ``k_up``, ``v_up``, ``o_proj``); ``ffn``
 picks the feed-forward kind (``relu2``, ``relu``, ``gelu`` have no ``gate``).
 EdgeInfinite (``model.infini_hidden > 0``) adds ``layers_i/attn/memory_gate/{w1, b1, w2, b2, g}``
-(:mod:`edge_jax.layers.infini`).
+(:mod:`edge_jax.layers.infini.compressive`).
 NPUMoE (``model.moe_experts > 0``) replaces ``layers_i/ffn`` by ``layers_i/moe/{router, gate, up, down}``
 (:mod:`edge_jax.layers.moe.layer`) in ``moe_layers`` (default: all); ``moe_exec`` says how it executes.
 
@@ -32,11 +32,11 @@ from __future__ import annotations
 import flax.linen as nn
 import jax.numpy as jnp
 
-from edge_jax.layers.attention_kinds import ATTENTION_KINDS
+from edge_jax.layers.attention.kinds import ATTENTION_KINDS
 from edge_jax.layers.ffn import FFN
-from edge_jax.layers.memory.base import HOST_INPUTS, MEMORY_KINDS
 from edge_jax.layers.moe.layer import MoE
 from edge_jax.layers.norms import RMSNorm
+from edge_jax.layers.token_memory.base import HOST_INPUTS, MEMORY_KINDS
 from edge_jax.models.config import ModelConfig
 from edge_jax.models.head import HeadKernel, vocab_logits
 from edge_jax.models.scan import REMAT_POLICIES, STACKED
@@ -47,7 +47,7 @@ __all__ = ["Block", "DecoderLM", "ModelConfig", "ScannedBlock"]
 
 class Block(nn.Module):
     """One layer: attention and FFN (or MoE) residuals, plus the memory kind's residual branches
-    at their sites (:mod:`edge_jax.layers.memory.base`). ``ctx`` carries what the branches need:
+    at their sites (:mod:`edge_jax.layers.token_memory.base`). ``ctx`` carries what the branches need:
     tokens, the input embedding, the host inputs and what the memory kind prepared, with the
     per-layer entries (``attn_context``, the memory kind's ``per_layer``) already this layer's."""
     cfg: ModelConfig
@@ -137,7 +137,7 @@ class DecoderLM(nn.Module):
         [B, T, L, d_mem]: folded MeKi rows gathered outside the model (e.g. from host memory).
         ``ffn_mask_ratio``: zero the smallest fraction of every FFN's activations (sparsity analysis).
         ``attn_context``: one dict per layer, its explicit KV cache (and EdgeInfinite memory) for the
-        attention layers (:mod:`edge_jax.infer.kv_state`, :mod:`edge_jax.layers.cache_attention`);
+        attention layers (:mod:`edge_jax.infer.kv_state`, :mod:`edge_jax.layers.attention.cached`);
         pass ``positions_BT`` with it. ``features_only``: ``(h_BTD, w_DV)``, the final hidden states
         and the head's weight in the compute dtype, instead of the logits (:mod:`edge_jax.models.head`)."""
         c = self.cfg

@@ -2,7 +2,7 @@
 
 ``M~ = alpha * RMSNorm(M + beta * G(E))`` depends on the token id only, so it is evaluated once
 for every row of the vocabulary with the very module the training form uses
-(:class:`edge_jax.layers.memory.meki.MeKiExpert`) and stored as ``layers_i/meki/table``. The input
+(:class:`edge_jax.layers.token_memory.meki.MeKiExpert`) and stored as ``layers_i/meki/table``. The input
 tree is never modified: the result is a new tree that shares the unchanged leaves, so
 training can go on from the original parameters (the MeKi authors fold in place, which makes
 training after an evaluation count the dynamic term twice).
@@ -17,7 +17,7 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from edge_jax.layers.memory.meki import MeKiExpert
+from edge_jax.layers.token_memory.meki import MeKiExpert
 from edge_jax.models.decoder import ModelConfig
 from edge_jax.models.scan import stack_layers, unstack_layers
 

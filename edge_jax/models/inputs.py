@@ -17,7 +17,7 @@ def host_inputs(cfg: ModelConfig, tokens_BT) -> dict:
     """``{}`` or ``{"ngram_ids": int32 [B, T, N]}`` for the model described by ``cfg``."""
     if cfg.memory != "engram":
         return {}
-    from edge_jax.layers.memory.ngram_hash import ngram_hash_ids
+    from edge_jax.layers.token_memory.ngram_hash import ngram_hash_ids
     return {"ngram_ids": ngram_hash_ids(np.asarray(tokens_BT), cfg.engram_orders, cfg.engram_heads,
                                         cfg.engram_table_size)}
 

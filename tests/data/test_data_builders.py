@@ -8,7 +8,8 @@ import pytest
 import tensorflow_datasets as tfds
 
 from edge_jax.data import DataError, resolve
-from edge_jax.data.builders import facts, longctx, pystdlib
+from edge_jax.data.builders import facts, pystdlib
+from edge_jax.data.builders import longctx_tasks as longctx
 from edge_jax.data.sources import PYSTDLIB_MAX_FILES_ENV
 
 

@@ -6,8 +6,9 @@ import time
 
 import pytest
 
-from edge_jax.data.builders import longctx, longctx_builder
-from edge_jax.data.builders.longctx import CATEGORIES, TASKS, eval_prompts
+from edge_jax.data.builders import longctx_tasks as longctx
+from edge_jax.data.builders import longctx_tfds as longctx_builder
+from edge_jax.data.builders.longctx_tasks import CATEGORIES, TASKS, eval_prompts
 
 LENGTHS = (1024, 4096, 16384)
 FIELDS = {"prompt", "answer", "task", "category", "text"}

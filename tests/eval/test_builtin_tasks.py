@@ -9,7 +9,7 @@ from edge_jax.data.sources import resolve
 from edge_jax.data.tokenizers import ByteTokenizer
 from edge_jax.eval import builtin  # noqa: F401  (registers the tasks)
 from edge_jax.eval.scorer import encode_pair
-from edge_jax.eval.tasks import TASKS, BuiltinSource, TaskError, build_examples, expand
+from edge_jax.eval.tasks import ZERO_SHOT_TASKS, BuiltinSource, TaskError, build_examples, expand
 
 
 @pytest.fixture
@@ -20,7 +20,7 @@ def source():
 
 
 def _docs(name, source, split="test"):
-    return TASKS.get(name).load(source, split)
+    return ZERO_SHOT_TASKS.get(name).load(source, split)
 
 
 @pytest.mark.parametrize("name", ["facts_mc", "code_cloze", "longctx_mc"])
@@ -31,7 +31,7 @@ def test_documents_are_seeded_and_well_formed(name, source):
         assert len(d["choices"]) == 4 == len(set(d["choices"])) and 0 <= d["gold"] < 4
     golds = collections.Counter(d["gold"] for d in docs)
     assert len(golds) == 4 and max(golds.values()) < 0.4 * len(docs)  # the gold position is shuffled
-    ex = build_examples(TASKS.get(name), docs)
+    ex = build_examples(ZERO_SHOT_TASKS.get(name), docs)
     assert all(len(e.requests) == 4 for e in ex)
 
 
@@ -47,7 +47,7 @@ def test_facts_mc_asks_held_out_wordings_with_same_type_distractors(source):
         assert set(d["choices"]) <= by_attr[d["attribute"]]
     shots = _docs("facts_mc", source, "train")
     assert not any(n in shot["text"] for shot in shots for n in asked_half)   # shots ask about other people
-    examples = build_examples(TASKS.get("facts_mc"), docs[:5], shots, k=2)
+    examples = build_examples(ZERO_SHOT_TASKS.get("facts_mc"), docs[:5], shots, k=2)
     assert all(e.requests[0][0].count("Question:") == 3 for e in examples)
     # a run that does not train on facts gets the default corpus size
     other = BuiltinSource(load_config("configs/lm.py:size=tiny").data, ByteTokenizer(), 128)
@@ -67,7 +67,7 @@ def test_code_cloze_is_held_out_and_distractors_come_from_other_files(source):
         for c in d["choices"]:
             assert c.startswith(indent) and c.strip() and c != gold or c is gold
         assert owner[0] not in train
-    assert TASKS.get("code_cloze").format.requests(docs[0])[0][1] == docs[0]["choices"][0]  # no delimiter
+    assert ZERO_SHOT_TASKS.get("code_cloze").format.requests(docs[0])[0][1] == docs[0]["choices"][0]  # no delimiter
 
 
 def test_longctx_mc_fits_the_model_and_asks_a_key_of_the_text(source):
@@ -77,7 +77,7 @@ def test_longctx_mc_fits_the_model_and_asks_a_key_of_the_text(source):
         body = d["text"].split("\nQuestion:")[0]
         assert f"{key} is {d['choices'][d['gold']]}." in body
         assert all(f" is {c}." in body for c in d["choices"])  # the distractors are the other keys' values
-        for context, continuation in TASKS.get("longctx_mc").format.requests(d):
+        for context, continuation in ZERO_SHOT_TASKS.get("longctx_mc").format.requests(d):
             ctx, cont = encode_pair(source.tokenizer, context, continuation)
             assert len(ctx) + len(cont) <= source.max_length
     assert max(len(d["text"]) for d in docs) > 100                 # the filler fills the window
@@ -89,4 +89,4 @@ def test_longctx_mc_fits_the_model_and_asks_a_key_of_the_text(source):
 
 def test_builtin_group():
     assert expand("builtin") == ["facts_mc", "code_cloze", "longctx_mc"]
-    assert all(TASKS.get(n).builtin and TASKS.get(n).version.startswith("edge_jax") for n in expand("builtin"))
+    assert all(ZERO_SHOT_TASKS.get(n).builtin and ZERO_SHOT_TASKS.get(n).version.startswith("edge_jax") for n in expand("builtin"))

@@ -28,7 +28,7 @@ from edge_jax.data.tokenizers import HfTokenizer  # noqa: E402
 from edge_jax.eval import benchmarks  # noqa: E402
 from edge_jax.eval.scorer import Scorer, encode_pair  # noqa: E402
 from edge_jax.eval.suite import aggregate, score_task  # noqa: E402
-from edge_jax.eval.tasks import TASKS  # noqa: E402
+from edge_jax.eval.tasks import ZERO_SHOT_TASKS  # noqa: E402
 from edge_jax.interop.qwen3 import load_hf_model  # noqa: E402
 from edge_jax.models.decoder import DecoderLM  # noqa: E402
 
@@ -102,7 +102,7 @@ def _write_yamls(yaml_dir: Path, data_dir: Path, cache_dir: Path, tasks, suffix:
     yaml_dir.mkdir()
     names = {}
     for task in tasks:
-        split = TASKS.get(task).eval_split
+        split = ZERO_SHOT_TASKS.get(task).eval_split
         name = f"parity{suffix}_{task}"
         cfg = {"include": str(tasks_root / LM_EVAL_YAML[task]), "task": name, "tag": [],
                "dataset_path": "json", "dataset_name": None,
@@ -163,9 +163,9 @@ def parity(tmp_path_factory):
 
         apply = DecoderLM(cfg).apply
         scorer = Scorer(apply, params["params"], ours_tok, max_length=MAX_LENGTH, batch_size=4, progress=False)
-        ours = {t: score_task(scorer, TASKS.get(t), str(data_dir)) for t in TASK_NAMES}
+        ours = {t: score_task(scorer, ZERO_SHOT_TASKS.get(t), str(data_dir)) for t in TASK_NAMES}
         short = Scorer(apply, params["params"], ours_tok, max_length=SHORT_LENGTH, batch_size=4, progress=False)
-        ours_short = score_task(short, TASKS.get(SHORT_TASK), str(data_dir))
+        ours_short = score_task(short, ZERO_SHOT_TASKS.get(SHORT_TASK), str(data_dir))
         yield dict(ours_tok=ours_tok, hf_tok=hf_tok,
                    runs={t: (ours[t], _lm_eval_side(theirs, names[t])) for t in TASK_NAMES},
                    short=(ours_short, _lm_eval_side(theirs_short, short_name)))
@@ -195,7 +195,7 @@ def _compare(run, task: str, label: str) -> float:
             worst = max(worst, abs(ll - their_ll))
             assert abs(ll - their_ll) < LL_TOL, f"{label} doc {sample['doc_id']}: {ll} vs {their_ll}"
             assert greedy == their_greedy, f"{label} doc {sample['doc_id']}: is_greedy differs"
-        mine = aggregate(TASKS.get(task), [example], [results])  # this document's metrics
+        mine = aggregate(ZERO_SHOT_TASKS.get(task), [example], [results])  # this document's metrics
         for key in ("acc", "acc_norm"):
             if key in sample:
                 assert mine[key] == sample[key], f"{label} doc {sample['doc_id']}: {key} differs"
@@ -221,9 +221,9 @@ def test_acc_norm_is_per_character(parity):
     UTF-8 byte, so the acc_norm parity above tells lm-eval's per-character normalisation apart."""
     differ = []
     for task in TASK_NAMES:
-        if TASKS.get(task).format.kind == "multiple_choice":
+        if ZERO_SHOT_TASKS.get(task).format.kind == "multiple_choice":
             for i, (example, results) in enumerate(parity["runs"][task][0][1]):
-                m = aggregate(TASKS.get(task), [example], [results])
+                m = aggregate(ZERO_SHOT_TASKS.get(task), [example], [results])
                 differ += [(task, i)] if m["acc_norm"] != m["acc_bytes"] else []
     assert differ, "no document where per-character and per-byte normalisation disagree"
 

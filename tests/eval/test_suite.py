@@ -11,7 +11,7 @@ from edge_jax.data import DataError
 from edge_jax.eval import benchmarks  # noqa: F401  (registers the ten tasks)
 from edge_jax.eval.files import read_split
 from edge_jax.eval.suite import aggregate, run_tasks, task_examples
-from edge_jax.eval.tasks import TASKS, Example, TaskError, build_examples, expand
+from edge_jax.eval.tasks import ZERO_SHOT_TASKS, Example, TaskError, build_examples, expand
 
 DOCS = {
     "arc_easy": {"question": "Which is a gas?", "choices": {"text": ["ice", "steam", "rock"], "label": ["A", "B", "C"]},
@@ -33,7 +33,7 @@ DOCS = {
 
 
 def test_formats_build_lm_evals_requests():
-    req = {name: TASKS.get(name).format.requests(doc) for name, doc in DOCS.items()}
+    req = {name: ZERO_SHOT_TASKS.get(name).format.requests(doc) for name, doc in DOCS.items()}
     assert req["arc_easy"] == [("Question: Which is a gas?\nAnswer:", " ice"), ("Question: Which is a gas?\nAnswer:", " steam"),
                                ("Question: Which is a gas?\nAnswer:", " rock")]
     assert req["boolq"][1] == ("Cats purr.\nQuestion: do cats purr?\nAnswer:", " yes")
@@ -45,13 +45,13 @@ def test_formats_build_lm_evals_requests():
     assert req["sciq"][3] == ("Water boils at 100 C.\nQuestion: When does water boil?\nAnswer:", " 100 C")
     assert req["winogrande"] == [("The cup fell off the table because the cup", " was slippery."),
                                  ("The cup fell off the table because the table", " was slippery.")]
-    golds = {name: TASKS.get(name).format.gold(doc) for name, doc in DOCS.items()}
+    golds = {name: ZERO_SHOT_TASKS.get(name).format.gold(doc) for name, doc in DOCS.items()}
     assert golds == {"arc_easy": 1, "boolq": 1, "copa": 0, "hellaswag": 0, "lambada_openai": 0, "openbookqa": 1,
                      "piqa": 0, "sciq": 3, "winogrande": 1}
 
 
 def test_fewshot_contexts_are_seeded_and_exclude_the_document():
-    task = TASKS.get("piqa")
+    task = ZERO_SHOT_TASKS.get("piqa")
     docs = [{"goal": f"goal {i}", "sol1": f"a{i}", "sol2": f"b{i}", "label": i % 2} for i in range(6)]
     one = build_examples(task, docs, docs, k=2, seed=3)
     assert one == build_examples(task, docs, docs, k=2, seed=3)
@@ -63,7 +63,7 @@ def test_fewshot_contexts_are_seeded_and_exclude_the_document():
         shot = ctx.split("\n\n")[0]
         j = int(shot.split("goal ")[1].split("\n")[0])
         assert shot == f"Question: goal {j}\nAnswer: {'ab'[j % 2]}{j}"
-    wino = TASKS.get("winogrande")
+    wino = ZERO_SHOT_TASKS.get("winogrande")
     shot = wino.format.shot(DOCS["winogrande"])
     assert shot == "The cup fell off the table because the table was slippery."
     with pytest.raises(TaskError, match="larger than the 6 documents"):
@@ -71,7 +71,7 @@ def test_fewshot_contexts_are_seeded_and_exclude_the_document():
 
 
 def test_aggregate_acc_norm_bytes_stderr_and_perplexity():
-    task = TASKS.get("arc_easy")
+    task = ZERO_SHOT_TASKS.get("arc_easy")
     ex = [Example((("q", " a"), ("q", " bbbb")), 1, ((1, 1), (4, 4))),
           Example((("q", " é"), ("q", " bb")), 0, ((1, 2), (2, 2)))]
     res = [[(-2.0, False), (-3.0, False)], [(-2.2, False), (-4.0, False)]]
@@ -81,10 +81,10 @@ def test_aggregate_acc_norm_bytes_stderr_and_perplexity():
     assert (m["acc"], m["acc_norm"], m["acc_bytes"]) == (0.5, 0.5, 1.0)
     assert m["acc_stderr"] == pytest.approx(np.std([0, 1], ddof=1) / math.sqrt(2))
     assert m["chance"] == 0.5
-    lam = aggregate(TASKS.get("lambada_openai"), [Example((("a", " b"),), 0, ((0, 0),))] * 2,
+    lam = aggregate(ZERO_SHOT_TASKS.get("lambada_openai"), [Example((("a", " b"),), 0, ((0, 0),))] * 2,
                     [[(-1.0, True)], [(-3.0, False)]])
     assert lam["acc"] == 0.5 and lam["perplexity"] == pytest.approx(math.exp(2.0)) and "acc_norm" not in lam
-    wino = aggregate(TASKS.get("winogrande"), [Example((("a", " x"), ("b", " x")), 1, ((1, 1), (1, 1)))],
+    wino = aggregate(ZERO_SHOT_TASKS.get("winogrande"), [Example((("a", " x"), ("b", " x")), 1, ((1, 1), (1, 1)))],
                      [[(-5.0, False), (-1.0, False)]])
     assert wino["acc"] == 1.0 and "acc_norm" not in wino
 
@@ -173,11 +173,11 @@ def test_limit_and_fewshot_pool(tmp_path):
     docs = [{**DOCS["piqa"], "goal": f"g{i}"} for i in range(5)]
     _write_jsonl(str(data / "piqa" / "validation.jsonl"), docs)
     with pytest.raises(TaskError, match="no 'train' split"):
-        task_examples(TASKS.get("piqa"), str(data), num_fewshot=1)
+        task_examples(ZERO_SHOT_TASKS.get("piqa"), str(data), num_fewshot=1)
     _write_jsonl(str(data / "piqa" / "train.jsonl"), docs[:2])
-    ex = task_examples(TASKS.get("piqa"), str(data), num_fewshot=2, limit=3)
+    ex = task_examples(ZERO_SHOT_TASKS.get("piqa"), str(data), num_fewshot=2, limit=3)
     assert len(ex) == 3 and all(e.requests[0][0].count("Question:") == 3 for e in ex)
     with pytest.raises(TaskError, match="larger than the 2 documents"):
-        task_examples(TASKS.get("piqa"), str(data), num_fewshot=3)
+        task_examples(ZERO_SHOT_TASKS.get("piqa"), str(data), num_fewshot=3)
     with pytest.raises(TaskError, match="no split to draw few-shot"):
-        task_examples(TASKS.get("lambada_openai"), str(data), num_fewshot=1)
+        task_examples(ZERO_SHOT_TASKS.get("lambada_openai"), str(data), num_fewshot=1)

@@ -14,7 +14,7 @@ from edge_jax.cli import main
 from edge_jax.errors import UserError
 from edge_jax.eval import benchmarks, builtin  # noqa: F401  (register the tasks)
 from edge_jax.eval.suite import run_tasks, task_examples
-from edge_jax.eval.tasks import TASKS, BuiltinSource, TaskError, build_examples
+from edge_jax.eval.tasks import ZERO_SHOT_TASKS, BuiltinSource, TaskError, build_examples
 from edge_jax.eval.validate import SCHEMAS, RecordError, check_documents
 from edge_jax.train.loop import train_and_evaluate
 
@@ -94,7 +94,7 @@ def _set(doc: dict, field: str, value) -> dict:
 def test_a_valid_split_loads_for_every_task(task, tmp_path):
     rng = random.Random(f"valid:{task}")
     docs = [make_doc(task, rng) for _ in range(rng.randint(5, 12))]
-    t = TASKS.get(task)
+    t = ZERO_SHOT_TASKS.get(task)
     write_split(tmp_path, task, t.eval_split, docs, blank_after=2)
     loaded = t.load(str(tmp_path), t.eval_split)
     assert loaded == docs
@@ -106,7 +106,7 @@ def test_a_valid_split_loads_for_every_task(task, tmp_path):
 
 
 def test_every_task_has_a_schema():
-    assert set(TASKS.names()) <= set(SCHEMAS)
+    assert set(ZERO_SHOT_TASKS.names()) <= set(SCHEMAS)
 
 
 # (task, field, bad value, phrase of what is wanted): each the only bad record of a random file
@@ -168,7 +168,7 @@ def _bad_file(tmp_path, task, field, value, seed):
         docs[k]["choices"]["text"] = docs[k]["choices"]["text"][:len(value)]
     docs[k] = _set(docs[k], field, value)
     blank = rng.randrange(len(docs))  # a blank line: line numbers are the file's own
-    path = write_split(tmp_path, task, TASKS.get(task).eval_split, docs, blank_after=blank)
+    path = write_split(tmp_path, task, ZERO_SHOT_TASKS.get(task).eval_split, docs, blank_after=blank)
     return path, k + 1 + (k > blank)
 
 
@@ -176,7 +176,7 @@ def _bad_file(tmp_path, task, field, value, seed):
 def test_a_bad_record_is_one_line_naming_file_line_and_field(case, tmp_path):
     task, field, value, wanted = case
     path, line = _bad_file(tmp_path, task, field, value, case)
-    t = TASKS.get(task)
+    t = ZERO_SHOT_TASKS.get(task)
     with pytest.raises(RecordError) as e:
         t.load(str(tmp_path), t.eval_split)
     msg = str(e.value)
@@ -192,7 +192,7 @@ def test_a_missing_field_is_named_with_the_fields_there(tmp_path):
     del docs[2]["goal"]
     path = write_split(tmp_path, "piqa", "validation", docs)
     with pytest.raises(RecordError) as e:
-        TASKS.get("piqa").load(str(tmp_path), "validation")
+        ZERO_SHOT_TASKS.get("piqa").load(str(tmp_path), "validation")
     assert str(e.value) == (f"{path} line 3: the record has no field 'goal' (it has label, sol1, sol2); the piqa "
                             "layout needs goal, sol1, sol2, label; fix or remove that record")
     docs = [make_doc("arc_easy", rng) for _ in range(3)]
@@ -200,7 +200,7 @@ def test_a_missing_field_is_named_with_the_fields_there(tmp_path):
     write_split(tmp_path, "arc_easy", "test", docs)
     with pytest.raises(RecordError, match=r"arc_easy/test.jsonl line 1: field 'choices' has no field 'label' "
                                           r"\(it has text\)"):
-        TASKS.get("arc_easy").load(str(tmp_path), "test")
+        ZERO_SHOT_TASKS.get("arc_easy").load(str(tmp_path), "test")
 
 
 def test_the_first_bad_record_is_named_and_the_others_counted(tmp_path):
@@ -212,7 +212,7 @@ def test_the_first_bad_record_is_named_and_the_others_counted(tmp_path):
     with pytest.raises(RecordError, match=r"validation.jsonl line 4: field 'label' is -?\d, but there are 2 choices "
                                           r"\(0 or 1\); fix or remove that record \(2 more records of this split "
                                           r"fail these checks\)$"):
-        TASKS.get("boolq").load(str(tmp_path), "validation")
+        ZERO_SHOT_TASKS.get("boolq").load(str(tmp_path), "validation")
 
 
 def test_parquet_shards_name_the_shard_and_row(tmp_path):
@@ -226,7 +226,7 @@ def test_parquet_shards_name_the_shard_and_row(tmp_path):
     for i, part in enumerate((docs[:3], docs[3:])):
         pq.write_table(pa.Table.from_pylist(part), tmp_path / "hellaswag" / f"validation-0000{i}-of-00002.parquet")
     with pytest.raises(RecordError) as e:
-        TASKS.get("hellaswag").load(str(tmp_path), "validation")
+        ZERO_SHOT_TASKS.get("hellaswag").load(str(tmp_path), "validation")
     assert str(e.value).startswith(f"{tmp_path}/hellaswag/validation-00001-of-00002.parquet row 2: field 'endings' "
                                    "item 1 is \"\", but every choice must be non-empty text")
 
@@ -239,7 +239,7 @@ def test_what_the_prompt_format_makes_is_checked_too(tmp_path):
     write_split(tmp_path, "hellaswag", "validation", docs)
     with pytest.raises(RecordError, match=r"validation.jsonl line 2: choice \d is \"\" in the prompt, but every "
                                           "choice must be non-empty text; fix or remove that record$"):
-        TASKS.get("hellaswag").load(str(tmp_path), "validation")
+        ZERO_SHOT_TASKS.get("hellaswag").load(str(tmp_path), "validation")
 
 
 def test_a_bad_fewshot_split_is_named(tmp_path):
@@ -248,9 +248,9 @@ def test_a_bad_fewshot_split_is_named(tmp_path):
     shots = [make_doc("copa", rng) for _ in range(5)]
     shots[4]["label"] = "second"
     write_split(tmp_path, "copa", "train", shots)
-    assert len(task_examples(TASKS.get("copa"), str(tmp_path))) == 4  # zero-shot does not read train
+    assert len(task_examples(ZERO_SHOT_TASKS.get("copa"), str(tmp_path))) == 4  # zero-shot does not read train
     with pytest.raises(RecordError, match="copa/train.jsonl line 5: field 'label' is \"second\""):
-        task_examples(TASKS.get("copa"), str(tmp_path), num_fewshot=2)
+        task_examples(ZERO_SHOT_TASKS.get("copa"), str(tmp_path), num_fewshot=2)
 
 
 class CountingScorer:
@@ -318,7 +318,7 @@ def test_tfds_records_are_checked_after_conversion(tmp_path, monkeypatch):
     monkeypatch.setattr(tfds, "builder", lambda name, data_dir: Prepared())
     monkeypatch.setattr(tfds, "data_source", lambda name, **kw: records[name])
     with pytest.raises(RecordError) as e:
-        TASKS.get("piqa").load(f"tfds:{tmp_path}", "validation")
+        ZERO_SHOT_TASKS.get("piqa").load(f"tfds:{tmp_path}", "validation")
     msg = str(e.value)
     assert msg.startswith(f"piqa: TFDS 'piqa' split 'validation' in {tmp_path}, record index 1: field 'label' is -1, "
                           "but there are 2 choices (0 or 1); that split cannot be scored as it is; rebuild it with "
@@ -326,7 +326,7 @@ def test_tfds_records_are_checked_after_conversion(tmp_path, monkeypatch):
     assert "\n" not in msg
     with pytest.raises(RecordError, match=r"record index 0: field 'answerKey' is \"\", but it must be one of the "
                                           r"choice labels A, B, C"):
-        TASKS.get("arc_easy").load(f"tfds:{tmp_path}", "test")
+        ZERO_SHOT_TASKS.get("arc_easy").load(f"tfds:{tmp_path}", "test")
 
 
 def test_builtin_documents_are_checked(monkeypatch):
@@ -337,7 +337,7 @@ def test_builtin_documents_are_checked(monkeypatch):
     monkeypatch.setattr(builtin, "_longctx_doc", broken)
     with pytest.raises(RecordError, match=r"^longctx_mc \(built-in, split 'test'\) record index 0: field 'gold' is 4, "
                                           r"but there are 4 choices \(0 to 3\); .*report it"):
-        TASKS.get("longctx_mc").load(BuiltinSource(None, None, 128), "test")
+        ZERO_SHOT_TASKS.get("longctx_mc").load(BuiltinSource(None, None, 128), "test")
 
 
 # ---- through the CLI: exit 2, one line, no traceback, nothing written ----

@@ -13,7 +13,7 @@ import pytest
 
 import edge_jax.eval.benchmarks  # noqa: F401  (registers the ten tasks)
 from edge_jax.eval import tfds_tasks
-from edge_jax.eval.tasks import TASKS, TaskError, build_examples
+from edge_jax.eval.tasks import ZERO_SHOT_TASKS, TaskError, build_examples
 from edge_jax.eval.tfds_tasks import DEVIATIONS, TFDS_TASKS, read_tfds
 
 i64 = np.int64
@@ -101,14 +101,14 @@ def test_converter_gives_published_layout_and_requests(case):
     doc = TFDS_TASKS[name][2](record)
     assert doc == expected
     assert all(type(v) is type(published[k]) for k, v in doc.items() if k in published)
-    task = TASKS.get(name)
+    task = ZERO_SHOT_TASKS.get(name)
     assert build_examples(task, [doc]) == build_examples(task, [published])
     assert _gold_text(task, doc).strip() == gold
 
 
 def test_hellaswag_query_rebuilds_capitalised_ctx_b():
     doc = TFDS_TASKS["hellaswag"][2](CASES[4][2])
-    (ex,) = build_examples(TASKS.get("hellaswag"), [doc])
+    (ex,) = build_examples(ZERO_SHOT_TASKS.get("hellaswag"), [doc])
     assert ex.requests[3] == ("Roof shingle removal: A man is sitting on a roof. He",
                               " starts pulling up roofing on a roof.")
     ended = TFDS_TASKS["hellaswag"][2]({**CASES[4][2], "context": b"A man waves. He smiles."})
@@ -119,7 +119,7 @@ def test_tables_cover_the_ten_tasks():
     assert set(TFDS_TASKS) | set(tfds_tasks.NOT_IN_TFDS) == set(edge_jax.eval.benchmarks.MEKI10)
     assert set(DEVIATIONS) <= set(TFDS_TASKS)
     for name, (_, splits, _) in TFDS_TASKS.items():
-        task = TASKS.get(name)
+        task = ZERO_SHOT_TASKS.get(name)
         assert task.eval_split in splits and (task.fewshot_split is None or task.fewshot_split in splits)
 
 
@@ -241,7 +241,7 @@ def prepared(tmp_path_factory):
 
 @pytest.mark.parametrize("name", list(TFDS_TASKS))
 def test_read_tfds_end_to_end(prepared, name):
-    task = TASKS.get(name)
+    task = ZERO_SHOT_TASKS.get(name)
     expected, golds = [c[4] for c in CASES if c[1] == name], [c[5] for c in CASES if c[1] == name]
     if name == "hellaswag":
         expected, golds = [{**e, "split_type": t} for e in expected for t in HS_SPLIT_TYPES], golds * 2

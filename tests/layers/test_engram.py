@@ -9,9 +9,9 @@ import numpy as np
 import pytest
 from helpers import perturbed, rms_ref
 
-from edge_jax.layers.memory import ngram_hash
-from edge_jax.layers.memory.engram import Engram
-from edge_jax.layers.memory.ngram_hash import engram_table_sizes, ngram_hash_ids
+from edge_jax.layers.token_memory import ngram_hash
+from edge_jax.layers.token_memory.engram import Engram
+from edge_jax.layers.token_memory.ngram_hash import engram_table_sizes, ngram_hash_ids
 from edge_jax.models import DecoderLM, ModelConfig
 from edge_jax.models.inputs import example_inputs, host_inputs
 from edge_jax.train.loop import train_and_evaluate

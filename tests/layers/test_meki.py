@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 from helpers import perturbed
 
-from edge_jax.layers.memory.meki import FUSIONS, POSITIONS, PROJECTIONS, MeKi
 from edge_jax.layers.norms import rms_normalize
+from edge_jax.layers.token_memory.meki import FUSIONS, POSITIONS, PROJECTIONS, MeKi
 from edge_jax.models import DecoderLM, ModelConfig
 from edge_jax.models.fold import FoldError, fold_meki, fold_table
 

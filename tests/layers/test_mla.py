@@ -11,7 +11,7 @@ from helpers import perturbed
 from edge_jax.config import ConfigError, load_config
 from edge_jax.infer import decode as D
 from edge_jax.infer.kv_state import value_arrays
-from edge_jax.layers.mla import MLAttention, expanded_attention, latent_attention, mla_attention_reference
+from edge_jax.layers.attention.mla import MLAttention, expanded_attention, latent_attention, mla_attention_reference
 from edge_jax.models.count import param_breakdown
 from edge_jax.models.decoder import DecoderLM, ModelConfig
 from edge_jax.models.presets import sized_config

@@ -8,7 +8,7 @@ import jax.numpy as jnp
 import numpy as np
 from helpers import perturbed, rms_ref
 
-from edge_jax.layers.memory.ple import PLEBlock, PLEInputs
+from edge_jax.layers.token_memory.ple import PLEBlock, PLEInputs
 from edge_jax.models import DecoderLM, ModelConfig
 from edge_jax.models.inputs import example_inputs, host_inputs
 from edge_jax.train.loop import train_and_evaluate

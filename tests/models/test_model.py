@@ -3,8 +3,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from edge_jax.layers.attention import causal_mask, dot_product_attention
-from edge_jax.layers.dot_attention import dot_product_attention_reference
+from edge_jax.layers.attention.dot import dot_product_attention_reference
+from edge_jax.layers.attention.gqa import causal_mask, dot_product_attention
 from edge_jax.layers.rope import apply_rope
 from edge_jax.models import DecoderLM, ModelConfig
 

@@ -3,7 +3,7 @@
 the TFDS catalogue). They write array_record files and are read back without TensorFlow."""
 from edge_jax.data.builders.copies import CopiesConfig, EdgeCopies
 from edge_jax.data.builders.facts import EdgeFacts, FactsConfig
-from edge_jax.data.builders.longctx_builder import EdgeLongctx, LongctxConfig
+from edge_jax.data.builders.longctx_tfds import EdgeLongctx, LongctxConfig
 from edge_jax.data.builders.pystdlib import EdgePystdlib, PystdlibConfig
 
 # dataset name -> builder (drills is a form of edge_longctx)

@@ -21,7 +21,7 @@ import functools
 import jax
 import jax.numpy as jnp
 
-from edge_jax.layers.dot_attention import causal_mask, dot_product_attention
+from edge_jax.layers.attention.dot import causal_mask, dot_product_attention
 from edge_jax.layers.kernels import backend
 from edge_jax.sharding import per_shard
 

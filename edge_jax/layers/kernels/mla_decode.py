@@ -1,6 +1,6 @@
 """MLA's absorbed decode step over the latent cache: one query token per row, read only up to its length.
 
-With W_UK folded into the query (q~_h = W_UK,h^T q_h^C, a d_c vector; :func:`edge_jax.layers.mla.latent_attention`)
+With W_UK folded into the query (q~_h = W_UK,h^T q_h^C, a d_c vector; :func:`edge_jax.layers.attention.mla.latent_attention`)
 one decode step of row b is, over its filled slots j < length_b::
 
     s_hj = (q~_h . c_j + q^R_h . k^R_j) * scale          scale = 1 / sqrt(K + R)
@@ -32,7 +32,7 @@ rounding:
 
 Every row needs ``length_B >= 1`` (a decode step always attends at least to its own token).
 Scores, the softmax state and the accumulator are float32; the probabilities meet the latent in its
-dtype (as :func:`edge_jax.layers.mla.latent_attention`); the output is in the latent's dtype.
+dtype (as :func:`edge_jax.layers.attention.mla.latent_attention`); the output is in the latent's dtype.
 """
 from __future__ import annotations
 

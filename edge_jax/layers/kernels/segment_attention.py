@@ -18,7 +18,7 @@ segment is padded to a multiple of the blocks; padded keys come after every real
 causality) and padded query rows are dropped. The sink of row n is row ``n // N`` of the [B, S, ...]
 sink arrays, so it is never copied N times.
 
-What stays in XLA (:func:`edge_jax.layers.infini_attention.segmented_attention`): the memory update
+What stays in XLA (:func:`edge_jax.layers.infini.segmented.segmented_attention`): the memory update
 (a scan over segments of one [K, L] x [L, K] product per KV head, linear or delta rule: O(L K²) per
 segment against the attention's O(L (S + L) K H/G), and sequential across segments, so a kernel would
 save little); the sink tokens' own causal attention (S x S, once per batch row); the memory gate
@@ -40,8 +40,8 @@ import jax.numpy as jnp
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import tpu as pltpu
 
-from edge_jax.layers.dot_attention import causal_mask, dot_product_attention
-from edge_jax.layers.infini import feature_map, memory_readout
+from edge_jax.layers.attention.dot import causal_mask, dot_product_attention
+from edge_jax.layers.infini.compressive import feature_map, memory_readout
 from edge_jax.layers.kernels import backend
 from edge_jax.layers.kernels.segment_attention_gpu import segment_attention_gpu
 

@@ -50,7 +50,7 @@ import jax.numpy as jnp
 from jax import lax
 from jax.experimental import pallas as pl
 
-from edge_jax.layers.infini import feature_map
+from edge_jax.layers.infini.compressive import feature_map
 from edge_jax.layers.kernels import backend
 
 pltr = backend.pltriton  # None on a JAX without Pallas's Triton backend (then backend.TRITON is False)

@@ -2,7 +2,7 @@
 with one inference method (``longctx.method``, :data:`edge_jax.infer.kv_methods.KV_METHODS`; ""
 is off), and the in-window check of a base LM (``longctx.inwindow_*``: passkey and multikey
 prompts that fit its training window, answered with full attention). The memory's own keys
-(``model.infini_*``) sit beside the attention kinds (:mod:`edge_jax.layers.attention_kinds`).
+(``model.infini_*``) sit beside the attention kinds (:mod:`edge_jax.layers.attention.kinds`).
 """
 from __future__ import annotations
 
@@ -67,7 +67,7 @@ INWINDOW_TASKS = ("passkey", "multikey")  # the in-window check: single-needle a
 
 
 def _validate_inwindow(c) -> None:
-    from edge_jax.data.builders.longctx import min_length
+    from edge_jax.data.builders.longctx_tasks import min_length
     lc = c.longctx
     shortest = max(min_length(t) for t in INWINDOW_TASKS)
     longest = c.data.seq_len - lc.answer_tokens

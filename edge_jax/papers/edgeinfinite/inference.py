@@ -26,7 +26,7 @@ import numpy as np
 from edge_jax.errors import ConfigError
 from edge_jax.infer.kv_methods import KV_METHODS
 from edge_jax.infer.kv_state import empty_caches, only_first, run_chunk, write
-from edge_jax.layers.infini import empty_memory, segment_layout
+from edge_jax.layers.infini.compressive import empty_memory, segment_layout
 
 
 @KV_METHODS.register("edgeinfinite")

@@ -32,7 +32,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from edge_jax.data.builders.longctx import CATEGORIES, TASKS, eval_prompts
+from edge_jax.data.builders.longctx_tasks import CATEGORIES, TASKS, eval_prompts
 from edge_jax.errors import ConfigError
 from edge_jax.infer.kv_methods import KV_METHODS
 from edge_jax.papers.edgeinfinite import inference  # noqa: F401  (registers the edgeinfinite method)

@@ -13,7 +13,7 @@ import ml_collections
 
 from edge_jax.errors import ConfigError, unknown
 from edge_jax.papers.expert_cache.engine import CACHE_POLICIES, CachePolicy
-from edge_jax.registry import TASKS, Task
+from edge_jax.registry import CONFIG_TASKS, ConfigTask
 
 TASK = "cache_sim"
 SOURCES = ("file", "synthetic")
@@ -86,4 +86,4 @@ def validate(c) -> None:
         raise ConfigError("cache.policy=none trains ScoutGate; drop scoutgate.from_dir or pick a policy")
 
 
-TASKS.register(TASK, Task(schema=base_config, validate=validate))
+CONFIG_TASKS.register(TASK, ConfigTask(schema=base_config, validate=validate))

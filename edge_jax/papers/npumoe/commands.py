@@ -49,7 +49,7 @@ def add_parser(sub):
 
 def _restore(workdir: str, overrides):
     from edge_jax.models import DecoderLM
-    from edge_jax.papers.npumoe.evaluate import dropless_model
+    from edge_jax.papers.npumoe.run_metrics import dropless_model
     from edge_jax.train.evaluate import restore_latest
     from edge_jax.train.setup import model_config
     run, state, step = restore_latest(workdir)
@@ -69,7 +69,7 @@ def _restore(workdir: str, overrides):
 
 
 def _calibrate(args, overrides) -> int:
-    from edge_jax.papers.npumoe.evaluate import calibrate, write_report
+    from edge_jax.papers.npumoe.run_metrics import calibrate, write_report
     trained_workdir(args.workdir)
     out = args.out or args.workdir
     output_dir(out, "--out" if args.out else "--workdir")
@@ -87,7 +87,7 @@ def _calibrate(args, overrides) -> int:
 def _trace(args, overrides) -> int:
     from edge_jax.data.routing_trace import write_trace
     from edge_jax.papers.npumoe.capture import record_trace
-    from edge_jax.papers.npumoe.evaluate import eval_batches
+    from edge_jax.papers.npumoe.run_metrics import eval_batches
     from edge_jax.utils.provenance import git_info
     trained_workdir(args.workdir)
     output_dir(args.out, "--out")

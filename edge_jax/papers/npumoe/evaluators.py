@@ -3,7 +3,7 @@ expert loads, and after training compare the strategy with dropless (:func:`eval
 from __future__ import annotations
 
 from edge_jax.papers.npumoe.config import needs_calibration
-from edge_jax.papers.npumoe.evaluate import calibrate_run, moe_metrics
+from edge_jax.papers.npumoe.run_metrics import calibrate_run, moe_metrics
 from edge_jax.registry import EVALUATORS, Evaluator
 from edge_jax.train.hooks import PREPARE_HOOKS, EvalContext, RunContext
 

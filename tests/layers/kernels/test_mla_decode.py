@@ -11,8 +11,8 @@ from helpers import compile_for_tpu, emulated, needs_libtpu, perturbed
 from jax.sharding import PartitionSpec as P
 
 from edge_jax.infer import decode as D
+from edge_jax.layers.attention.mla import latent_attention, latent_decode
 from edge_jax.layers.kernels.mla_decode import mla_decode, mla_decode_reference, mla_decode_xla
-from edge_jax.layers.mla import latent_attention, latent_decode
 from edge_jax.models.decoder import DecoderLM, ModelConfig
 
 TOL = {"float32": 1e-5, "bfloat16": 2e-2}

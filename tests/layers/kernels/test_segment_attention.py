@@ -12,7 +12,8 @@ from helpers import compile_for_tpu, emulated, needs_libtpu, perturbed
 from jax.sharding import PartitionSpec as P
 from jax.test_util import check_grads
 
-from edge_jax.layers import infini, infini_attention
+from edge_jax.layers.infini import compressive as infini
+from edge_jax.layers.infini import segmented as infini_attention
 from edge_jax.layers.kernels.segment_attention import segment_attention, segment_attention_reference
 from edge_jax.models import DecoderLM, ModelConfig
 

@@ -8,7 +8,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from edge_jax.layers.infini import (
+from edge_jax.layers.infini.compressive import (
     feature_map,
     memory_readout,
     memory_readout_reference,

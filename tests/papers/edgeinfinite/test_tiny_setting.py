@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 
 from edge_jax.config import ConfigError, load_config
-from edge_jax.data.builders.longctx import TASKS, eval_prompts
-from edge_jax.layers.infini import segment_layout
+from edge_jax.data.builders.longctx_tasks import TASKS, eval_prompts
+from edge_jax.layers.infini.compressive import segment_layout
 from edge_jax.models import DecoderLM, ModelConfig
 from edge_jax.papers.edgeinfinite.config import PROMPT_SLACK, window_lengths
 from edge_jax.papers.edgeinfinite.grid import stages

@@ -27,7 +27,7 @@ tokenizer characters are tokens.
 between length - 64 and length characters (in practice within 11 of `length`), with needles at
 seeded random depths; the records also carry `category`. It is a pure function of its
 arguments, independent of the builder's splits. The training documents, the splits and the TFDS
-builder are in :mod:`edge_jax.data.builders.longctx_builder`.
+builder are in :mod:`edge_jax.data.builders.longctx_tfds`.
 """
 from __future__ import annotations
 

@@ -3,7 +3,7 @@
 Without a cache the layer attends causally over its input (EdgeInfinite: in the segmented layout
 when the input is long enough to compress). With one (``context``: this layer's explicit KV cache,
 :mod:`edge_jax.infer.kv_state`) it attends over the cache and the chunk through
-:func:`edge_jax.layers.cache_attention.context_attention` and sows what the cache needs (the chunk's
+:func:`edge_jax.layers.attention.cached.context_attention` and sows what the cache needs (the chunk's
 keys and values, SnapKV votes, the updated memory) into the ``"intermediates"`` collection.
 """
 from __future__ import annotations
@@ -11,10 +11,10 @@ from __future__ import annotations
 import flax.linen as nn
 import jax.numpy as jnp
 
-from edge_jax.layers.cache_attention import context_attention
-from edge_jax.layers.dot_attention import causal_mask, dot_product_attention
-from edge_jax.layers.infini import MemoryGate, segment_layout
-from edge_jax.layers.infini_attention import InfiniSpec, segmented_attention
+from edge_jax.layers.attention.cached import context_attention
+from edge_jax.layers.attention.dot import causal_mask, dot_product_attention
+from edge_jax.layers.infini.compressive import MemoryGate, segment_layout
+from edge_jax.layers.infini.segmented import InfiniSpec, segmented_attention
 from edge_jax.layers.kernels import backend
 from edge_jax.layers.kernels.flash import causal_attention
 from edge_jax.layers.norms import RMSNorm
@@ -31,10 +31,10 @@ class GQAttention(nn.Module):
     """Projections + RoPE + optional QK-norm around :func:`dot_product_attention`.
 
     ``infini`` (EdgeInfinite) adds the memory-gating module ``memory_gate`` and, for inputs long
-    enough to compress, the segmented layout of :mod:`edge_jax.layers.infini`; shorter inputs take
+    enough to compress, the segmented layout of :mod:`edge_jax.layers.infini.compressive`; shorter inputs take
     the plain path below unchanged, so they give the base model's outputs bit for bit. ``context``
     runs the layer against its explicit cache and memory
-    (:func:`edge_jax.layers.cache_attention.context_attention`); what the cache needs is sown into
+    (:func:`edge_jax.layers.attention.cached.context_attention`); what the cache needs is sown into
     the ``"intermediates"`` collection. ``kernels`` (``model.kernels``) may send the plain causal
     path to the backend's library kernel (:mod:`edge_jax.layers.kernels.flash`).
     """

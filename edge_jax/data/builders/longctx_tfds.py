@@ -1,4 +1,4 @@
-"""`edge_longctx`: the TFDS builder of the long-context tasks (:mod:`edge_jax.data.builders.longctx`)
+"""`edge_longctx`: the TFDS builder of the long-context tasks (:mod:`edge_jax.data.builders.longctx_tasks`)
 and the training documents it writes.
 
 Training documents (`make_document`, the train and validation splits) are exactly `length`
@@ -28,7 +28,7 @@ from typing import ClassVar
 
 import tensorflow_datasets as tfds
 
-from edge_jax.data.builders.longctx import (
+from edge_jax.data.builders.longctx_tasks import (
     FILLER,
     INSTRUCTIONS,
     KEY_A,

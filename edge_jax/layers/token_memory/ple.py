@@ -30,8 +30,8 @@ import flax.linen as nn
 import jax.numpy as jnp
 
 from edge_jax.layers.ffn import dense
-from edge_jax.layers.memory.base import MEMORY_KINDS, MemoryKind
 from edge_jax.layers.norms import RMSNorm
+from edge_jax.layers.token_memory.base import MEMORY_KINDS, MemoryKind
 from edge_jax.sharding import take_rows
 
 

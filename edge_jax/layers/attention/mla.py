@@ -17,7 +17,7 @@ Params: ``q_proj`` [D, H, K+R] (or ``q_down`` [D, r_q], ``q_norm``, ``q_up`` [r_
 
 The layer's KV cache (``context``: its explicit per-layer cache, :mod:`edge_jax.infer.kv_state`)
 holds only the latent ``c_kv`` [B, S, d_c] and the shared RoPE key ``k_rope`` [B, S, R] (placed
-and rotated like GQA's keys, :func:`edge_jax.layers.cache_attention.join_cache`): (d_c + R) values
+and rotated like GQA's keys, :func:`edge_jax.layers.attention.cached.join_cache`): (d_c + R) values
 per token instead of GQA's 2 G K (eqs. 6-7). Two ways to attend over it, the same numbers up to rounding:
 
 * naive (``absorb=False``, :func:`expanded_attention`): decompress every cached latent into
@@ -39,9 +39,9 @@ import flax.linen as nn
 import jax.numpy as jnp
 import numpy as np
 
-from edge_jax.layers.attention import dense_general
-from edge_jax.layers.cache_attention import cache_votes, join_cache
-from edge_jax.layers.dot_attention import causal_mask, dot_product_attention
+from edge_jax.layers.attention.cached import cache_votes, join_cache
+from edge_jax.layers.attention.dot import causal_mask, dot_product_attention
+from edge_jax.layers.attention.gqa import dense_general
 from edge_jax.layers.kernels import backend
 from edge_jax.layers.kernels.mla_decode import mla_decode, mla_decode_xla
 from edge_jax.layers.norms import RMSNorm
@@ -164,7 +164,7 @@ class MLAttention(nn.Module):
 
     def _over_cache(self, q_nope_BTHK, q_rope_BTHR, latent_BTC, k_rope_BTR, w_uk_CHK, w_uv_CHK, positions_BT, ctx):
         """A chunk over the latent cache; sows what the cache keeps (``c_kv``, ``k_rope``; see
-        :func:`edge_jax.layers.cache_attention.join_cache`) and on request SnapKV votes."""
+        :func:`edge_jax.layers.attention.cached.join_cache`) and on request SnapKV votes."""
         T = latent_BTC.shape[1]
         joined, mask_BGTS, stored = join_cache(ctx, {"c_kv": latent_BTC, "k_rope": k_rope_BTR}, positions_BT,
                                                self.rope_theta, rotate="k_rope")

@@ -33,8 +33,8 @@ import jax.numpy as jnp
 
 from edge_jax.errors import ConfigError
 from edge_jax.layers.ffn import dense
-from edge_jax.layers.memory.base import MEMORY_KINDS, MemoryKind, Placement
 from edge_jax.layers.norms import RMSNorm
+from edge_jax.layers.token_memory.base import MEMORY_KINDS, MemoryKind, Placement
 from edge_jax.registry import SECTIONS, Registry, Section
 from edge_jax.sharding import take_rows
 

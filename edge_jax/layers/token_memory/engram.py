@@ -3,7 +3,7 @@ the second baseline of MeKi Table 2.
 
 At each chosen layer, before attention, for position ``t`` with residual state ``h_t`` (d_model
 ``D``) and the ``N = len(orders) * heads`` row ids hashed on the host
-(:func:`edge_jax.layers.memory.ngram_hash.ngram_hash_ids`)::
+(:func:`edge_jax.layers.token_memory.ngram_hash.ngram_hash_ids`)::
 
     e_t     = concat_i  M[id_{t,i}]                  M: [sum(sizes), d_head] ("ngram", "mem"), ROM
     k_t     = W_k e_t,   v_t = W_v e_t               W_k, W_v: N*d_head -> D, no biases
@@ -27,12 +27,12 @@ unless marked *ours*:
   learns from there (the demo uses PyTorch's default init).
 * *Ours*: no biases in W_k / W_v (the repository's convention; the demo's ``nn.Linear`` has them);
   a single hidden stream (the demo's per-hyper-connection keys and norms collapse to one).
-* *Ours*: no tokenizer compression (see :mod:`edge_jax.layers.memory.ngram_hash`).
+* *Ours*: no tokenizer compression (see :mod:`edge_jax.layers.token_memory.ngram_hash`).
 * Each Engram layer owns its table but all layers share the same hashed ids (the demo re-hashes per
   layer with layer-specific multipliers; separate tables make that unnecessary here).
 
 ROM: each Engram layer stores ``sum(sizes) * d_head`` values; with ``d_head = d_mem``,
-:func:`edge_jax.layers.memory.ngram_hash.matched_table_size` picks the ``table_size`` whose total ROM matches
+:func:`edge_jax.layers.token_memory.ngram_hash.matched_table_size` picks the ``table_size`` whose total ROM matches
 MeKi's / PLE's ``n_layers * vocab_size * d_mem`` (Table 2 compares them at similar ROM).
 
 Causal: ``out_t`` depends on ``h_t`` and on the ids at positions ``<= t`` only (the ids themselves
@@ -47,9 +47,9 @@ import jax.numpy as jnp
 
 from edge_jax.errors import ConfigError
 from edge_jax.layers.ffn import dense
-from edge_jax.layers.memory.base import MEMORY_KINDS, MemoryKind
-from edge_jax.layers.memory.ngram_hash import engram_table_sizes
 from edge_jax.layers.norms import RMSNorm
+from edge_jax.layers.token_memory.base import MEMORY_KINDS, MemoryKind
+from edge_jax.layers.token_memory.ngram_hash import engram_table_sizes
 from edge_jax.registry import SECTIONS, Section
 from edge_jax.sharding import take_rows
 
@@ -113,7 +113,7 @@ class EngramKeys:
     engram_layers: tuple = (1,)  # the layers whose residual gets the Engram branch
     engram_orders: tuple = (2, 3)  # n-gram orders hashed per token
     engram_heads: int = 4  # hash heads per order
-    engram_table_size: int = 4099  # rows per head's table (primes near it, edge_jax.layers.memory.ngram_hash)
+    engram_table_size: int = 4099  # rows per head's table (primes near it, edge_jax.layers.token_memory.ngram_hash)
     engram_kernel: int = 4  # the causal depthwise convolution's width
 
 

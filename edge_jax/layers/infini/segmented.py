@@ -1,10 +1,10 @@
 """EdgeInfinite's segmented attention: a whole long input at once in the segmented layout of
-:mod:`edge_jax.layers.infini` (training, and Algorithm 1's prefill). Cost is linear in T: every part
+:mod:`edge_jax.layers.infini.compressive` (training, and Algorithm 1's prefill). Cost is linear in T: every part
 attends only to the sink tokens and to itself, and the memory before each segment comes from a scan
 over segments. :func:`segmented_attention_reference` runs the parts one after the other.
 
 A chunk against an explicit KV cache and memory (decoding, EdgeInfinite's compression during
-decoding, the KV-cache baselines) is :func:`edge_jax.layers.cache_attention.context_attention`.
+decoding, the KV-cache baselines) is :func:`edge_jax.layers.attention.cached.context_attention`.
 
 Keys and queries arrive before RoPE ([B, T, H|G, K]); the result is the attention output
 [B, T, H, K] before the output projection and the state Algorithm 1 keeps after its prefill.
@@ -17,8 +17,8 @@ import functools
 import jax
 import jax.numpy as jnp
 
-from edge_jax.layers.dot_attention import causal_mask, dot_product_attention, dot_product_attention_reference
-from edge_jax.layers.infini import (
+from edge_jax.layers.attention.dot import causal_mask, dot_product_attention, dot_product_attention_reference
+from edge_jax.layers.infini.compressive import (
     SegmentLayout,
     empty_memory,
     memory_readout,

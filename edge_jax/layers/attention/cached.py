@@ -16,7 +16,7 @@ its own softmax core over the joined arrays. Where the chunk goes depends on the
   thus pays neither RoPE over the cache nor a copy of it.
 
 :func:`context_attention` is GQA's use of it, with EdgeInfinite's memory as an option;
-:class:`edge_jax.layers.mla.MLAttention` uses it for the latent cache. :func:`cache_votes` turns the
+:class:`edge_jax.layers.attention.mla.MLAttention` uses it for the latent cache. :func:`cache_votes` turns the
 attention probabilities into SnapKV's votes. ``*_reference`` functions are loop versions.
 """
 from __future__ import annotations
@@ -25,8 +25,13 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from edge_jax.layers.dot_attention import dot_product_attention, dot_product_attention_reference
-from edge_jax.layers.infini import memory_readout, memory_readout_reference, memory_update, memory_update_reference
+from edge_jax.layers.attention.dot import dot_product_attention, dot_product_attention_reference
+from edge_jax.layers.infini.compressive import (
+    memory_readout,
+    memory_readout_reference,
+    memory_update,
+    memory_update_reference,
+)
 from edge_jax.layers.rope import apply_rope, rope_inv_freq
 
 
@@ -146,7 +151,7 @@ def context_attention(q_BTHK, k_BTGK, v_BTGK, positions_BT, ctx: dict, theta: fl
 
     ``ctx``: the layer's cache (``k`` / ``v`` [B, P, G, K], ``valid``, optional ``pos``; see
     :func:`join_cache`); optional ``M`` [B, G, K, K], ``z`` [B, G, K] and ``has_memory`` (bool) for
-    EdgeInfinite (``spec``: its :class:`edge_jax.layers.infini_attention.InfiniSpec`, ``gate`` its
+    EdgeInfinite (``spec``: its :class:`edge_jax.layers.infini.segmented.InfiniSpec`, ``gate`` its
     memory gate); ``votes`` (static int w > 0) adds the attention of the w queries before
     ``votes_end`` (default T) to every key, summed over them and over each group's query heads
     ([B, G, S], SnapKV's votes); ``compress`` (static bool) folds this chunk's keys (after RoPE) into

@@ -2,7 +2,7 @@
 
 - ``gqa``: grouped-query attention with QK-norm (:class:`~edge_jax.layers.attention.GQAttention`;
   MHA when ``n_kv_heads == n_heads``), optionally with EdgeInfinite's compressed memory and gate.
-- ``mla``: multi-head latent attention (:class:`~edge_jax.layers.mla.MLAttention`; PLM, DeepSeek-V2):
+- ``mla``: multi-head latent attention (:class:`~edge_jax.layers.attention.mla.MLAttention`; PLM, DeepSeek-V2):
   ``head_dim`` is d_nope and the value width, ``kv_lora_rank`` d_c, ``q_lora_rank`` 0 a full-rank
   query; ``mla_absorb`` decodes in the latent space.
 
@@ -14,10 +14,10 @@ from __future__ import annotations
 import dataclasses
 
 from edge_jax.errors import ConfigError
-from edge_jax.layers.attention import GQAttention
-from edge_jax.layers.infini import MEMORY_UPDATES
-from edge_jax.layers.infini_attention import InfiniSpec
-from edge_jax.layers.mla import MLAttention
+from edge_jax.layers.attention.gqa import GQAttention
+from edge_jax.layers.attention.mla import MLAttention
+from edge_jax.layers.infini.compressive import MEMORY_UPDATES
+from edge_jax.layers.infini.segmented import InfiniSpec
 from edge_jax.registry import SECTIONS, Registry, Section
 
 ATTENTION_KINDS = Registry("attention kind", key="model.attention")

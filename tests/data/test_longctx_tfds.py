@@ -4,8 +4,9 @@ import re
 
 import pytest
 
-from edge_jax.data.builders import longctx, longctx_builder
-from edge_jax.data.builders.longctx import CATEGORIES, TASKS
+from edge_jax.data.builders import longctx_tasks as longctx
+from edge_jax.data.builders import longctx_tfds as longctx_builder
+from edge_jax.data.builders.longctx_tasks import CATEGORIES, TASKS
 from tests.data.test_longctx_tasks import check_record
 
 
