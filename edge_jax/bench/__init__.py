@@ -17,9 +17,10 @@ class Benchmark:
     ``run(args, overrides) -> str`` measures and returns the report to print (``overrides``: the
     ``--config.*`` flags). ``help`` describes it; ``edge-jax bench --help`` shows it over the
     benchmark's own flags, which ``add_arguments(group)`` adds to that argument group. The flags
-    several benchmarks read (:data:`edge_jax.bench.command.SHARED`: ``--repeats``, the model and MoE
-    shape, ``--chunk``, ``--json``) belong to the harness; ``defaults`` sets those this benchmark
-    reads when they are not given (e.g. ``{"repeats": 1}``). ``writes_json``: whether ``run`` writes its
+    several benchmarks read (``--repeats``, ``--chunk``, ``--json``, the model and MoE shape) belong to
+    the harness, which declares them in :func:`edge_jax.bench.command.add_arguments`; ``defaults`` sets
+    ``--repeats`` and ``--chunk`` (the only shared flags a benchmark may default) when they are not given
+    (e.g. ``{"repeats": 1}``; else :data:`edge_jax.bench.command.DEFAULTS`). ``writes_json``: whether ``run`` writes its
     measurements to ``--json`` (the harness refuses ``--json`` for a benchmark that would ignore it)."""
     help: str
     run: Callable[[Any, list], str]
