@@ -4,8 +4,9 @@
 
 Per grid: cells, the fewest seeds a cell has, the commits its records name, the paper's ordered pairs
 that agree, disagree or are within noise (:mod:`edge_jax.grid.verdicts`), Kendall's tau, and every
-significant disagreement with the reason written in the ablation file (``explanations``). The README's
-summary table is this command's output.
+ordering the paper claims that our seeds significantly contradict (a ``disagree`` verdict), written as
+the paper's claim, ``paper says a > b`` (ours: b above a), with the reason written in the ablation file
+(``explanations``). The README's summary table is this command's output.
 """
 from __future__ import annotations
 
@@ -46,7 +47,7 @@ def summarize(ablations: str | Path, results: str | Path, preset: str = "tiny") 
 
 def markdown(rows: list[Row]) -> str:
     lines = [f"| grid | cells | seeds | commit | agree | disagree | within noise | Kendall τ "
-             f"| significant disagreements (α = {verdicts.ALPHA:g}) |",
+             f"| paper's orderings our seeds contradict (α = {verdicts.ALPHA:g}) |",
              "|---|---:|---:|---|---:|---:|---:|---:|---|"]
     for row in rows:
         t = row.table
@@ -63,7 +64,9 @@ def markdown(rows: list[Row]) -> str:
 
 
 def _last_column(t: tables.Table, counts: dict[str, int]) -> str:
-    """The significant disagreements with their reasons, and why a grid has fewer verdicts than pairs."""
+    """The paper's orderings we contradict significantly (``paper says a > b, c > d: reason``: a pair is the
+    paper's claim, and our seeds put its second cell above its first), and why a grid has fewer verdicts
+    than pairs."""
     if not any(r.stats[t.grid.metric].n for r in t.rows):
         return f"no record has the metric `{t.grid.metric}`"
     if not t.grid.paper.ranks():
@@ -76,7 +79,7 @@ def _last_column(t: tables.Table, counts: dict[str, int]) -> str:
     for p in t.pairs:
         if p.test.verdict == "disagree":
             by_reason.setdefault(p.reason or "(no reason written)", []).append(f"{p.better} > {p.worse}")
-    parts = [f"{', '.join(names)}: {reason}" for reason, names in by_reason.items()] or ["none"]
+    parts = [f"paper says {', '.join(names)}: {reason}" for reason, names in by_reason.items()] or ["none"]
     if counts["n/a"]:
         parts.append(f"{counts['n/a']} pair(s) n/a (fewer than 2 paired seeds)")
     return "; ".join(parts)

@@ -41,12 +41,13 @@ def test_summary_counts_verdicts_and_prints_reasons(tmp_path, capsys):
     write_records(results / "toy_c", {("a", 0): 1.0, ("b", 0): 2.0, ("c", 0): 3.0})
     assert main(["summary", "--ablations", str(ablations), "--results", str(results)]) == 0
     out = capsys.readouterr().out.splitlines()
-    assert out[0].startswith("| grid | cells | seeds | commit | agree | disagree | within noise | Kendall τ |")
+    assert out[0] == ("| grid | cells | seeds | commit | agree | disagree | within noise | Kendall τ "
+                      "| paper's orderings our seeds contradict (α = 0.05) |")
     row_a = next(line for line in out if line.startswith("| [toy_a]"))
     cells = [c.strip() for c in row_a.split("|")[1:-1]]
     assert cells[1:7] == ["3", "3", f"`{SHA[:12]}`", "2", "1", "0"]
     assert cells[0] == f"[toy_a]({(results / 'toy_a').as_posix()}/table.md)"
-    assert cells[8] == "b > c: c saw more data"
+    assert cells[8] == "paper says b > c: c saw more data"  # the paper's claim; our seeds put c above b
     row_c = [c.strip() for c in next(line for line in out if line.startswith("| [toy_c]")).split("|")[1:-1]]
     assert row_c[4:9] == ["0", "0", "0", "1.00", "none; 3 pair(s) n/a (fewer than 2 paired seeds)"]
     assert "| toy_b | | | | | | | | no records yet |" in out
@@ -63,7 +64,8 @@ def test_summary_lists_pairs_that_share_a_reason_once(tmp_path, capsys):
                   | {("b", s): 2.0 + 0.02 * s for s in range(3)} | {("c", s): 1.0 + 0.03 * s for s in range(3)})
     assert main(["summary", "--ablations", str(ablations), "--results", str(results)]) == 0
     row = next(line for line in capsys.readouterr().out.splitlines() if line.startswith("| [toy]"))
-    assert row.split("|")[-2].strip() == "a > b: (no reason written); a > c, b > c: c is bigger"
+    assert row.split("|")[-2].strip() == ("paper says a > b: (no reason written); "
+                                        "paper says a > c, b > c: c is bigger")
 
 
 def test_summary_without_ablations_dir_is_one_line(tmp_path, capsys):
