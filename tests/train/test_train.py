@@ -78,6 +78,16 @@ def _cli(workdir, steps, data_dir):
     return args, env
 
 
+def _finished_steps(workdir):
+    """The checkpoint steps that are complete: orbax renames a step's directory to its number only once
+    every file is written, and checksums.json goes in just before that rename (edge_jax.train.checksums)."""
+    directory = os.path.join(workdir, "checkpoints")
+    if not os.path.isdir(directory):
+        return []
+    return sorted(int(d) for d in os.listdir(directory)
+                  if d.isdigit() and os.path.exists(os.path.join(directory, d, "checksums.json")))
+
+
 def test_sigkill_then_resume_is_bitwise_identical(tmp_path):
     data_dir = os.environ.get("EDGE_JAX_TEST_DATA", str(tmp_path / "data"))
     steps = 150
@@ -86,14 +96,27 @@ def test_sigkill_then_resume_is_bitwise_identical(tmp_path):
     subprocess.run(args, env=env, cwd=REPO, check=True, capture_output=True)
     args, env = _cli(killed, steps, data_dir)
     proc = subprocess.Popen(args, env=env, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    deadline = time.time() + 120
-    while time.time() < deadline and proc.poll() is None:
-        if any(s >= 25 for s in losses(killed)):
-            os.kill(proc.pid, signal.SIGKILL)
-            break
-        time.sleep(0.01)
-    proc.wait()
-    assert proc.returncode == -signal.SIGKILL, "the run finished before it could be killed"
+    # Kill once a checkpoint past the first (every 10 steps) is complete and steps after it are logged, so
+    # the resumed run must restore it and redo logged steps. No clock races the training: the limit only
+    # turns a hung run into a loud failure.
+    limit = time.monotonic() + 900
+    try:
+        while proc.poll() is None:
+            done = _finished_steps(killed)
+            if done and done[-1] >= 20 and max(losses(killed), default=0) > done[-1]:
+                os.kill(proc.pid, signal.SIGKILL)
+                break
+            if time.monotonic() > limit:
+                pytest.fail(f"no finished checkpoint past step 20 in {killed}/checkpoints after 900 s; "
+                            f"the run may hang (saved: {done})")
+            time.sleep(0.01)
+        proc.wait()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == -signal.SIGKILL, (f"the run exited ({proc.returncode}) before a checkpoint past "
+                                                f"step 20 was complete; it was never killed")
     assert max(losses(killed)) < steps
     subprocess.run(args, env=env, cwd=REPO, check=True, capture_output=True)
     a, b = losses(ref), losses(killed)
