@@ -10,7 +10,7 @@ import ml_collections
 import numpy as np
 
 from edge_jax.models.decoder import DecoderLM, ModelConfig
-from edge_jax.models.fold import folded_config
+from edge_jax.models.inference import inference_config
 from edge_jax.models.inputs import example_inputs
 from edge_jax.models.presets import MEKI_PAPER, MODEL_SIZES, PAPER_PARAMS, PLM_PAPER
 
@@ -43,7 +43,7 @@ def param_breakdown(model_cfg: ModelConfig) -> dict:
     embed = sum(n for path, n, _ in train if path.startswith("['embed']"))
     head = sum(n for path, n, _ in train if path.startswith("['lm_head']"))
     out = {"total": total, "embedding": embed, "lm_head": head, "non_embedding": total - embed - head}
-    infer = param_sizes(folded_config(model_cfg))
+    infer = param_sizes(inference_config(model_cfg))
     rom = sum(n for _, n, names in infer if names in ROM_AXES)
     out.update(ram=sum(n for _, n, _ in infer) - rom, rom=rom)
     return out
