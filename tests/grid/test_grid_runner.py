@@ -358,7 +358,12 @@ def test_dirty_tree_is_refused_unless_allow_dirty(repo_ablation, tmp_path, capsy
     rc, _ = cli([repo_ablation, "--out", out, "--seeds", 1, "--allow-dirty"], train)
     rec = json.loads((out / "records" / "wsd__seed0.json").read_text())
     assert rc == 0 and rec["git"]["dirty"] is True
-    assert len(rec["git"]["diff_sha256"]) == 64 and int(rec["git"]["diff_sha256"], 16) >= 0
+    import hashlib
+    import subprocess
+    git = {k: subprocess.run(["git", *args], cwd=repo_ablation.parent, capture_output=True, check=True).stdout
+           for k, args in {"head": ["rev-parse", "HEAD"], "diff": ["diff", "HEAD", "--binary"]}.items()}
+    assert git["diff"] and rec["git"]["commit"] == git["head"].decode().strip()
+    assert rec["git"]["diff_sha256"] == hashlib.sha256(git["diff"]).hexdigest()  # the edit, not any sha
 
 
 def test_tree_dirtied_during_a_unit_fails_that_unit_and_keeps_its_workdir(repo_ablation, tmp_path):
