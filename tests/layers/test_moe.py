@@ -201,7 +201,22 @@ def test_config_errors(overrides, match):
 
 
 def test_uniform_with_a_capacity_needs_no_calibration():
-    validate(apply_overrides(base_config(), {"model.moe_experts": 4, "moe.strategy": "uniform", "moe.capacity": 8}))
+    """A fixed moe.capacity is the plan: every expert gets it in every MoE layer, no loads needed. At
+    capacity 0 (the calibrated busiest estimate) training without moe.plan is refused, and the run has no
+    plans until it calibrates."""
+    from edge_jax.papers.npumoe.config import needs_calibration
+    from edge_jax.papers.npumoe.setup import moe_exec
+    fixed = apply_overrides(base_config(), {"model.moe_experts": 4, "model.n_layers": 3, "moe.strategy": "uniform",
+                                            "moe.capacity": 8, "moe.group": 2})
+    validate(fixed)
+    assert not needs_calibration(fixed)
+    assert moe_exec(fixed).plans == (uniform_plan(4, 8, 2),) * 3
+    assert moe_exec(fixed).plans[0] == LayerPlan((8, 8, 8, 8), ((0, 1), (2, 3)))
+    calibrated = apply_overrides(fixed, {"moe.capacity": 0})
+    assert needs_calibration(calibrated) and moe_exec(calibrated).plans == ()
+    with pytest.raises(ConfigError, match="needs calibrated expert loads"):
+        validate(calibrated)
+    validate(apply_overrides(calibrated, {"moe.plan": "calibration.json"}))  # the loads come from the plan file
 
 
 def test_paper_preset_phimoe_counts_and_step_traces_abstractly():
