@@ -116,3 +116,9 @@ def test_cli_logit_lens_errors_are_one_line(tmp_path, capsys):
     assert "--label" in capsys.readouterr().err
     assert main(args + ["--config.train.steps=3"]) == 2
     assert "do not apply" in capsys.readouterr().err
+    # refused before the workdir is read: a missing one does not hide the misplaced override
+    assert main(["analyze", "logit-lens", "--workdir", str(tmp_path / "none"), "--out", str(tmp_path / "o"),
+                 "--config.seed=1"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err == "edge-jax: error: --config.* overrides do not apply to `analyze`"
+    assert not (tmp_path / "o").exists()
