@@ -1,0 +1,162 @@
+"""Long-context evaluation: exact match on the built-in ``longctx`` tasks with one inference method.
+
+The five tasks stand for LongBench's categories (:data:`edge_jax.data.builders.longctx.CATEGORIES`):
+single-needle retrieval, multi-key retrieval, aggregation over documents, few-shot pattern
+continuation and code-like variable tracking. ``longctx.examples`` prompts per task and length
+(``longctx.lengths``, in characters: tokens for the byte tokenizer) are drawn with the run's seed;
+each is prefilled with the method's cache policy and answered greedily (at most
+``longctx.answer_tokens`` tokens, up to the first newline), then compared with the gold answer.
+
+Metrics (percent, like LongBench): ``longctx/overall`` (mean over tasks and lengths),
+``longctx/<category>`` (mean over lengths), ``longctx/len<L>`` (mean over tasks), and
+``longctx/<category>/len<L>``; ``longctx/peak_cache_tokens`` is the most tokens any layer cached.
+``longctx/answer_nll`` (and per category) is the teacher-forced NLL of the gold answer, nats per
+token: a graded score that still separates methods when a tiny model's exact match is zero.
+
+The in-window check (:func:`evaluate_inwindow`, ``longctx.inwindow_examples`` > 0, run after the
+base LM trains): passkey and multikey prompts of ``longctx.inwindow_lengths`` (inside its training
+window) answered greedily with the model's own full attention; ``inwindow/single_needle``,
+``inwindow/multi_key`` (percent exact match, mean over lengths), ``inwindow/<category>/len<L>``,
+``inwindow/answer_nll/<category>``. Every long-context evaluation carries its base's numbers as
+``base/inwindow/...`` (:func:`base_inwindow`, found through ``init_from``), so a table's records say
+whether the base could retrieve at all.
+"""
+from __future__ import annotations
+
+import copy
+import json
+import os
+import time
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from edge_jax.data.builders.longctx_tasks import CATEGORIES, TASKS, eval_prompts
+from edge_jax.errors import ConfigError
+from edge_jax.infer.kv_methods import KV_METHODS
+from edge_jax.papers.edgeinfinite import inference  # noqa: F401  (registers the edgeinfinite method)
+from edge_jax.papers.edgeinfinite.config import INWINDOW_TASKS, longctx_budget
+from edge_jax.train.qa import score_answers
+from edge_jax.train.workdir import load_workdir_config
+
+
+def make_session(method: str, model, params, config):
+    """The inference session of ``method`` (a :data:`KV_METHODS` name) with the config's sizes and
+    budget; an unknown name is a one-line ConfigError."""
+    return KV_METHODS.get(method).from_config(model, params, config, longctx_budget(config))
+
+
+def answer(session, prompt_ids, answer_ids, tokenizer, max_tokens: int) -> tuple[str, float]:
+    """One prompt (batch of one): the first line of the greedy continuation, and the teacher-forced
+    mean NLL (nats per token) of the gold answer tokens after the prompt (``prompt + " " + answer``,
+    as in training). Both continue from one prefill: the session is copied after it."""
+    logits = session.prefill(np.asarray(prompt_ids, np.int32)[None])
+    forced = copy.copy(session)  # sessions replace, never mutate, their arrays: a cheap snapshot
+    nll, step_logits = [], logits
+    for i, token in enumerate(answer_ids):
+        logp = jax.nn.log_softmax(jnp.asarray(step_logits[0], jnp.float32))
+        nll.append(-float(logp[token]))
+        if i + 1 < len(answer_ids):
+            step_logits = forced.step(np.array([[token]], np.int32))
+    out = []
+    for i in range(max_tokens):
+        token = int(np.argmax(np.asarray(logits[0])))
+        if token == tokenizer.eos_id:
+            break
+        out.append(token)
+        if "\n" in tokenizer.decode(out) or i == max_tokens - 1:
+            break
+        logits = session.step(np.array([[token]], np.int32))
+    return tokenizer.decode(out).strip().split("\n")[0].strip(), float(np.mean(nll))
+
+
+def evaluate_longctx(model, params, tokenizer, config, log=print) -> dict:
+    """Run ``config.longctx.method`` over every task and length; the metrics of the module docstring."""
+    lc = config.longctx
+    tasks = tuple(lc.tasks) or TASKS
+    unknown = [t for t in tasks if t not in TASKS]
+    if unknown:
+        raise ConfigError(f"unknown longctx.tasks {unknown}; valid: {', '.join(TASKS)}")
+    session = make_session(lc.method, model, params, config)
+    hits: dict[tuple[str, int], list[bool]] = {}
+    nlls: dict[str, list[float]] = {}
+    t0, peak = time.perf_counter(), 0
+    for length in lc.lengths:
+        for task in tasks:
+            for rec in eval_prompts(task, int(length), int(lc.examples), int(config.seed)):
+                ids = tokenizer.encode(rec["prompt"])
+                if len(ids) > lc.max_input:
+                    raise ConfigError(f"a {task} prompt of {len(ids)} tokens exceeds longctx.max_input={lc.max_input}; "
+                                      "raise the limit or shorten longctx.lengths")
+                gold = tokenizer.encode(rec["text"])[len(ids):]
+                got, nll = answer(session, ids, gold, tokenizer, lc.answer_tokens)
+                hits.setdefault((task, int(length)), []).append(got == rec["answer"].strip())
+                nlls.setdefault(task, []).append(nll)
+                peak = max(peak, _cached_tokens(session))
+        log(f"longctx {lc.method} length {length}: " + ", ".join(
+            f"{t} {100 * np.mean(hits[(t, int(length))]):.0f}" for t in tasks))
+    out = {}
+    for task in tasks:
+        cat = CATEGORIES[task]
+        for length in lc.lengths:
+            out[f"longctx/{cat}/len{length}"] = 100.0 * float(np.mean(hits[(task, int(length))]))
+        out[f"longctx/{cat}"] = float(np.mean([out[f"longctx/{cat}/len{n}"] for n in lc.lengths]))
+        out[f"longctx/answer_nll/{cat}"] = float(np.mean(nlls[task]))
+    for length in lc.lengths:
+        out[f"longctx/len{length}"] = float(np.mean([out[f"longctx/{CATEGORIES[t]}/len{length}"] for t in tasks]))
+    out["longctx/overall"] = float(np.mean([out[f"longctx/{CATEGORIES[t]}"] for t in tasks]))
+    out["longctx/answer_nll"] = float(np.mean([out[f"longctx/answer_nll/{CATEGORIES[t]}"] for t in tasks]))
+    out["longctx/prompts"] = sum(len(v) for v in hits.values())
+    out["longctx/peak_cache_tokens"] = peak
+    out["longctx/seconds"] = time.perf_counter() - t0
+    out.update(base_inwindow(config.init_from))
+    return out
+
+
+def evaluate_inwindow(model, params, tokenizer, config, log=print) -> dict:
+    """The in-window check: exact match (percent) and answer NLL of passkey and multikey prompts of
+    ``longctx.inwindow_lengths`` (drawn with the seed), answered greedily with full attention."""
+    lc = config.longctx
+    out, t0 = {}, time.perf_counter()
+    for task in INWINDOW_TASKS:
+        cat, nlls = CATEGORIES[task], []
+        for length in lc.inwindow_lengths:
+            qa = eval_prompts(task, int(length), int(lc.inwindow_examples), int(config.seed))
+            scores = score_answers(model, params, tokenizer, qa, max_new_tokens=lc.answer_tokens, batch_size=16)
+            out[f"inwindow/{cat}/len{length}"] = 100.0 * scores["exact_match"]
+            nlls.append(scores["answer_nll"])
+        out[f"inwindow/{cat}"] = float(np.mean([out[f"inwindow/{cat}/len{n}"] for n in lc.inwindow_lengths]))
+        out[f"inwindow/answer_nll/{cat}"] = float(np.mean(nlls))
+        log(f"in-window {task}: " + ", ".join(f"len {n} {out[f'inwindow/{cat}/len{n}']:.0f}%"
+                                               for n in lc.inwindow_lengths))
+    out["inwindow/prompts"] = len(INWINDOW_TASKS) * len(lc.inwindow_lengths) * int(lc.inwindow_examples)
+    out["inwindow/seconds"] = time.perf_counter() - t0
+    return out
+
+
+def base_inwindow(workdir: str, depth: int = 4) -> dict:
+    """The in-window metrics of the base a run starts from, as ``base/inwindow/...``: those in
+    ``workdir``'s final_metrics.json, else its own ``init_from``'s (a gate's base), up to ``depth``
+    runs back; {} when there are none (no base, or one trained without the check)."""
+    for _ in range(depth):
+        if not workdir:
+            return {}
+        try:
+            with open(os.path.join(workdir, "final_metrics.json")) as f:
+                metrics = json.load(f)
+        except (OSError, ValueError):
+            metrics = {}
+        found = {f"base/{k}": v for k, v in metrics.items() if k.startswith("inwindow/")}
+        if found:
+            return found
+        try:
+            workdir = load_workdir_config(workdir).get("init_from", "")
+        except (OSError, ValueError):
+            return {}
+    return {}
+
+
+def _cached_tokens(session) -> int:
+    """Most prompt + answer tokens any layer holds right now."""
+    return int(max(np.asarray(c["valid"]).sum(axis=-1).max() for c in session.caches))
