@@ -26,6 +26,7 @@ from edge_jax.layers.attention import dot as da
 from edge_jax.layers.attention import mla
 from edge_jax.layers.infini import compressive as infini
 from edge_jax.layers.infini import segmented as infini_attention
+from edge_jax.layers.infini.spec import InfiniSpec
 from edge_jax.layers.kernels import expert_ffn as kffn
 from edge_jax.layers.kernels import expert_ffn_gpu as kffn_gpu
 from edge_jax.layers.kernels import flash
@@ -103,7 +104,7 @@ def memory_gate(key, H, K, hidden=8):
 def segmented_inputs(key, dtype):
     """13 tokens: 2 sink, 2 segments of 4 (a segment boundary), 3 remaining; delta memory."""
     B, T, H, G, K = 2, 13, 4, 2, 8
-    spec = infini_attention.InfiniSpec(hidden=8, sink=2, window=2, segment=4, update="delta")
+    spec = InfiniSpec(infini_hidden=8, infini_sink=2, infini_window=2, infini_segment=4, infini_update="delta")
     layout = infini.segment_layout(T, spec.sink, spec.window, spec.segment)
     kq, kk, kv, kg = jax.random.split(key, 4)
     return (_normal(kq, (B, T, H, K), dtype), _normal(kk, (B, T, G, K), dtype), _normal(kv, (B, T, G, K), dtype),
@@ -145,7 +146,7 @@ def context_inputs(key, dtype, plain=False):
     compressed with its last token padding) and SnapKV votes of the last 2 queries."""
     ctx, new, positions, theta, _ = join_inputs(key, dtype, plain=plain)
     B, T, _, K = new["k"].shape
-    spec = infini_attention.InfiniSpec(hidden=8, update="delta")
+    spec = InfiniSpec(infini_hidden=8, infini_update="delta")
     if not plain:
         M, z, *_ = memory_inputs(jax.random.fold_in(key, 2), jnp.float32, "linear")
         ctx = dict(ctx, M=M, z=z, has_memory=True, compress=True, votes=2, votes_end=T,

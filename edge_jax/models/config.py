@@ -1,9 +1,11 @@
 """The model's keys (``config.model``): the decoder's own, declared here, and every feature's,
 declared once beside its layer (:class:`edge_jax.registry.Section` with ``section="model"``).
 
-:class:`ModelConfig` is the frozen dataclass of all of them, built from those declarations when
-this module is imported (after the layers below have registered), so ``base_config()`` and the
-model read one declaration. ``ModelConfig.from_config`` refuses keys it does not know.
+:class:`ModelConfig` is the frozen dataclass of all of them, made from those declarations when
+this module is imported (after the layers below have registered) and made again, in place, when a
+``model`` section registers later (:func:`refresh_model_config`, run before a ModelConfig is built),
+so ``base_config()`` and the model read one declaration whatever the import order.
+``ModelConfig.from_config`` refuses keys it does not know.
 """
 from __future__ import annotations
 
@@ -88,7 +90,17 @@ def model_sections() -> list[Section]:
     return sorted(found, key=lambda s: s.order)
 
 
-class _Methods:
+class ModelConfig:
+    """Every model key (:class:`DecoderKeys` and each feature's declaration) with its default, plus
+    ``moe_exec`` (how the MoE layers execute): a frozen dataclass whose fields are the registered
+    ``model`` sections' keys. A section registered after this module was imported (a paper's, say)
+    adds its keys the next time a ModelConfig is built (:func:`refresh_model_config`); the class
+    object stays the same, so imports, ``isinstance`` and pickles keep working."""
+
+    def __new__(cls, *args, **kwargs):
+        refresh_model_config()
+        return super().__new__(cls)
+
     def __post_init__(self):
         """The layer-stack keys checked on every ModelConfig (also one built or replaced in code,
         e.g. with calibrated MoE plans that may differ by layer)."""
@@ -103,11 +115,12 @@ class _Methods:
 
     def infini_spec(self):
         """EdgeInfinite's layer settings, or None without the memory gate."""
-        return attention_kinds.infini_spec(self)
+        return attention_kinds.InfiniSpec.of(self)
 
     @classmethod
     def from_config(cls, model_cfg) -> "ModelConfig":
         """From ``config.model`` (a ConfigDict or dict); an unknown key is a one-line ConfigError."""
+        refresh_model_config()
         known = {f.name for f in dataclasses.fields(cls)} - {"moe_exec"}
         values = dict(model_cfg)
         extra = sorted(set(values) - known)
@@ -129,7 +142,30 @@ def _fields() -> list[tuple]:
     return out
 
 
-ModelConfig = dataclasses.make_dataclass("ModelConfig", _fields(), bases=(_Methods,), frozen=True)
-ModelConfig.__module__ = __name__
-ModelConfig.__doc__ = ("Every model key (:class:`DecoderKeys` and each feature's declaration) with its default, "
-                       "plus ``moe_exec`` (how the MoE layers execute).")
+# What the dataclass decorator generates on ModelConfig; removed before it runs again (it keeps
+# methods a class defines itself).
+_GENERATED = ("__init__", "__repr__", "__eq__", "__hash__", "__setattr__", "__delattr__", "__match_args__",
+              "__dataclass_fields__", "__dataclass_params__")
+_built_from: tuple = ()
+
+
+def refresh_model_config() -> None:
+    """Make :class:`ModelConfig` the frozen dataclass of the ``model`` sections registered now, in
+    place, if they changed since it was last made (cheap otherwise). A ModelConfig built before a
+    section arrived reads that section's defaults."""
+    global _built_from
+    sections = tuple(model_sections())
+    if len(sections) == len(_built_from) and all(a is b for a, b in zip(sections, _built_from)):
+        return
+    fields = _fields()
+    for name in (*_GENERATED, *getattr(ModelConfig, "__dataclass_fields__", ())):
+        if name in ModelConfig.__dict__:
+            delattr(ModelConfig, name)
+    ModelConfig.__annotations__ = {name: kind for name, kind, _ in fields}
+    for name, _, field in fields:
+        setattr(ModelConfig, name, field)
+    dataclasses.dataclass(frozen=True)(ModelConfig)
+    _built_from = sections
+
+
+refresh_model_config()

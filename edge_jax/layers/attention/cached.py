@@ -151,7 +151,7 @@ def context_attention(q_BTHK, k_BTGK, v_BTGK, positions_BT, ctx: dict, theta: fl
 
     ``ctx``: the layer's cache (``k`` / ``v`` [B, P, G, K], ``valid``, optional ``pos``; see
     :func:`join_cache`); optional ``M`` [B, G, K, K], ``z`` [B, G, K] and ``has_memory`` (bool) for
-    EdgeInfinite (``spec``: its :class:`edge_jax.layers.infini.segmented.InfiniSpec`, ``gate`` its
+    EdgeInfinite (``spec``: its :class:`edge_jax.layers.infini.spec.InfiniSpec`, ``gate`` its
     memory gate); ``votes`` (static int w > 0) adds the attention of the w queries before
     ``votes_end`` (default T) to every key, summed over them and over each group's query heads
     ([B, G, S], SnapKV's votes); ``compress`` (static bool) folds this chunk's keys (after RoPE) into

@@ -11,7 +11,6 @@ Keys and queries arrive before RoPE ([B, T, H|G, K]); the result is the attentio
 """
 from __future__ import annotations
 
-import dataclasses
 import functools
 
 import jax
@@ -26,23 +25,11 @@ from edge_jax.layers.infini.compressive import (
     memory_update,
     memory_update_reference,
 )
+from edge_jax.layers.infini.spec import InfiniSpec
 from edge_jax.layers.kernels import backend
 from edge_jax.layers.kernels.segment_attention import segment_attention
 from edge_jax.layers.rope import apply_rope
 from edge_jax.sharding import per_shard
-
-
-@dataclasses.dataclass(frozen=True)
-class InfiniSpec:
-    """Static EdgeInfinite settings of a layer: the memory-gating MLP width, the initial gate logit,
-    the segmented layout sizes, the memory update rule and ε."""
-    hidden: int
-    gate_init: float = 0.0
-    sink: int = 0
-    window: int = 0
-    segment: int = 0
-    update: str = "linear"
-    eps: float = 1e-6
 
 
 def _local_attention(q_BTHK, k_BTGK, v_BTGK, sink_k_BSGK, sink_v_BSGK):

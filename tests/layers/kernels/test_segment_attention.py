@@ -14,6 +14,7 @@ from jax.test_util import check_grads
 
 from edge_jax.layers.infini import compressive as infini
 from edge_jax.layers.infini import segmented as infini_attention
+from edge_jax.layers.infini.spec import InfiniSpec
 from edge_jax.layers.kernels.segment_attention import segment_attention, segment_attention_reference
 from edge_jax.models import DecoderLM, ModelConfig
 
@@ -82,8 +83,8 @@ def test_gradients_match_the_kernel_and_the_reference():
 
 
 def _segmented_inputs(key, dtype, T, sink, window, segment, update, B=2, H=4, G=2, K=8):
-    spec = infini_attention.InfiniSpec(hidden=8, gate_init=0.5, sink=sink, window=window, segment=segment,
-                                       update=update)
+    spec = InfiniSpec(infini_hidden=8, infini_gate_init=0.5, infini_sink=sink, infini_window=window,
+                      infini_segment=segment, infini_update=update)
     layout = infini.segment_layout(T, sink, window, segment)
     kq, kk, kv, kg = jax.random.split(key, 4)
     gate = infini.MemoryGate(H, K, spec.hidden, spec.gate_init)
