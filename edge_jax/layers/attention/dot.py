@@ -20,8 +20,8 @@ def dot_product_attention(q_BTHK, k_BSGK, v_BSGK, mask_BTS, return_probs: bool =
     ``return_probs`` also returns the probabilities [B, G, H/G, T, S] (float32)."""
     B, T, H, K = q_BTHK.shape
     G, Kv = k_BSGK.shape[2], v_BSGK.shape[3]
-    q_BTGRK = q_BTHK.reshape(B, T, G, H // G, K)
-    scores = jnp.einsum("btgrk,bsgk->bgrts", q_BTGRK, k_BSGK, preferred_element_type=jnp.float32)
+    q_BTGQK = q_BTHK.reshape(B, T, G, H // G, K)
+    scores = jnp.einsum("btgqk,bsgk->bgqts", q_BTGQK, k_BSGK, preferred_element_type=jnp.float32)
     scores = scores / jnp.sqrt(jnp.float32(K))
     mask = mask_BTS[:, None, None] if mask_BTS.ndim == 3 else mask_BTS[:, :, None]
     scores = jnp.where(mask, scores, jnp.finfo(jnp.float32).min)
@@ -36,21 +36,21 @@ def dot_product_attention_reference(q_BTHK, k_BSGK, v_BSGK, mask_BTS, return_pro
     q, k, v, mask = (np.asarray(jnp.asarray(a, jnp.float32), np.float64) for a in (q_BTHK, k_BSGK, v_BSGK, mask_BTS))
     B, T, H, K = q.shape
     S, G, Kv = k.shape[1], k.shape[2], v.shape[3]
-    R = H // G
+    Q = H // G
     if mask.ndim == 4:  # per group, or one row for all groups
         mask = np.broadcast_to(mask, (B, G, T, S))
     out = np.zeros((B, T, H, Kv))
-    probs = np.zeros((B, G, R, T, S))
+    probs = np.zeros((B, G, Q, T, S))
     for b in range(B):
         for h in range(H):
-            g = h // R
+            g = h // Q
             for t in range(T):
                 allowed = (mask[b, t] if mask.ndim == 3 else mask[b, g, t]).astype(bool)
                 scores = np.array([q[b, t, h] @ k[b, s, g] for s in range(S)]) / np.sqrt(K)
                 scores = np.where(allowed, scores, -np.inf) if allowed.any() else np.zeros(S)
                 p = np.exp(scores - scores.max())
                 p /= p.sum()
-                probs[b, g, h % R, t] = p
+                probs[b, g, h % Q, t] = p
                 out[b, t, h] = sum(p[s] * v[b, s, g] for s in range(S))
     out = jnp.asarray(out, jnp.asarray(v_BSGK).dtype)
     return (out, jnp.asarray(probs, jnp.float32)) if return_probs else out

@@ -3,7 +3,7 @@
 We do not write our own flash attention: the libraries ship tuned ones.
 
 - TPU: splash attention (``jax.experimental.pallas.ops.tpu.splash_attention``), one MQA kernel per
-  KV group (its R = H / G query heads share the group's keys), vmapped over batch and groups, run
+  KV group (its Q = H / G query heads share the group's keys), vmapped over batch and groups, run
   per shard under ``shard_map`` on the active mesh, rows split (:func:`edge_jax.sharding.per_shard`) since a
   Pallas call cannot be partitioned by XLA. Forward and backward are splash's own kernels.
 - GPU: ``jax.nn.dot_product_attention(..., implementation="cudnn")`` (cuDNN's fused attention)
@@ -57,10 +57,10 @@ def splash_attention(q_BTHK, k_BTGK, v_BTGK, block: int, interpret: bool):
     B, T, H, K = q_BTHK.shape
     G = k_BTGK.shape[2]
     kernel = _splash(T, H // G, block, interpret)
-    q_BGRTK = jnp.moveaxis(q_BTHK.reshape(B, T, G, H // G, K), 1, 3) / jnp.sqrt(jnp.float32(K)).astype(q_BTHK.dtype)
+    q_BGQTK = jnp.moveaxis(q_BTHK.reshape(B, T, G, H // G, K), 1, 3) / jnp.sqrt(jnp.float32(K)).astype(q_BTHK.dtype)
     k_BGTK, v_BGTK = jnp.moveaxis(k_BTGK, 1, 2), jnp.moveaxis(v_BTGK, 1, 2)
-    o_BGRTK = jax.vmap(jax.vmap(kernel))(q_BGRTK, k_BGTK, v_BGTK)
-    return jnp.moveaxis(o_BGRTK, 3, 1).reshape(B, T, H, -1)
+    o_BGQTK = jax.vmap(jax.vmap(kernel))(q_BGQTK, k_BGTK, v_BGTK)
+    return jnp.moveaxis(o_BGQTK, 3, 1).reshape(B, T, H, -1)
 
 
 def causal_attention(q_BTHK, k_BTGK, v_BTGK):

@@ -7,10 +7,10 @@ import jax.numpy as jnp
 MASKED = float(jnp.finfo(jnp.float32).min)  # score of a slot past the length (exp(MASKED - m) == 0)
 
 
-def merge_runs(o_BRHC, m_BRH1, l_BRH1, dtype):
-    """The merge of R independent runs per row (unnormalised outputs, running maxima and sums,
+def merge_runs(o_BUHC, m_BUH1, l_BUH1, dtype):
+    """The merge of U independent runs per row (unnormalised outputs, running maxima and sums,
     float32): M = max_r m_r, o = sum_r e^(m_r - M) o_r / sum_r e^(m_r - M) l_r, in ``dtype``.
     An empty run has m = MASKED, l = 0, o = 0 and weight exp(MASKED - M) = 0."""
-    w_BRH1 = jnp.exp(m_BRH1 - m_BRH1.max(axis=1, keepdims=True))
-    o_BHC = (w_BRH1 * o_BRHC).sum(axis=1) / (w_BRH1 * l_BRH1).sum(axis=1)
+    w_BUH1 = jnp.exp(m_BUH1 - m_BUH1.max(axis=1, keepdims=True))
+    o_BHC = (w_BUH1 * o_BUHC).sum(axis=1) / (w_BUH1 * l_BUH1).sum(axis=1)
     return o_BHC.astype(dtype)

@@ -190,7 +190,7 @@ def mla_decode(q_lat_BHC, q_rope_BHR, latent_BSC, k_rope_BSR, length_B, *, scale
                         pltpu.VMEM((H, C), jnp.float32)])
     kernel = functools.partial(_kernel, scale=float(scale), bs=bs, splits=splits, per_max=per_max,
                                ragged=S % bs != 0)
-    o_BRHC, m_BRH1, l_BRH1 = pl.pallas_call(
+    o_BUHC, m_BUH1, l_BUH1 = pl.pallas_call(
         kernel, grid_spec=spec,
         out_shape=[jax.ShapeDtypeStruct((B, splits, H, C), jnp.float32),
                    jax.ShapeDtypeStruct((B, splits, H, 1), jnp.float32),
@@ -198,4 +198,4 @@ def mla_decode(q_lat_BHC, q_rope_BHR, latent_BSC, k_rope_BSR, length_B, *, scale
         compiler_params=pltpu.CompilerParams(dimension_semantics=("parallel", "parallel", "arbitrary")),
         interpret=interpret,
     )(length_B.astype(jnp.int32), q_lat_BHC, q_rope_BHR, latent_BSC, k_rope_BSR)
-    return merge_runs(o_BRHC, m_BRH1, l_BRH1, latent_BSC.dtype)
+    return merge_runs(o_BUHC, m_BUH1, l_BUH1, latent_BSC.dtype)

@@ -119,7 +119,7 @@ def mla_decode_gpu(q_lat_BHC, q_rope_BHR, latent_BSC, k_rope_BSR, length_B, *, s
     c_BSC, kr_BSR = pad(latent_BSC, 2, Cp), pad(k_rope_BSR, 2, Rp)
 
     kernel = functools.partial(_kernel, scale=float(scale), bs=bs, splits=splits)
-    o_BRHC, m_BRH, l_BRH = pl.pallas_call(
+    o_BUHC, m_BUH, l_BUH = pl.pallas_call(
         kernel, grid=(B, splits),
         in_specs=[pl.BlockSpec((B,), lambda b, r: (0,)),
                   pl.BlockSpec((None, Hp, Cp), lambda b, r: (b, 0, 0)),
@@ -135,5 +135,5 @@ def mla_decode_gpu(q_lat_BHC, q_rope_BHR, latent_BSC, k_rope_BSR, length_B, *, s
         compiler_params=backend.triton_params(num_warps=NUM_WARPS, num_stages=NUM_STAGES),
         interpret=interpret,
     )(length_B.astype(jnp.int32), q_BHC, qr_BHR, c_BSC, kr_BSR)
-    o_BHC = merge_runs(o_BRHC, m_BRH[..., None], l_BRH[..., None], latent_BSC.dtype)
+    o_BHC = merge_runs(o_BUHC, m_BUH[..., None], l_BUH[..., None], latent_BSC.dtype)
     return o_BHC[:, :H, :C]

@@ -101,19 +101,19 @@ def _kernel(*refs, R, bq, bk, S, scale, eps, has_sink):
         l_sc[...] = jnp.zeros(l_sc.shape, jnp.float32)
         acc_sc[...] = jnp.zeros(acc_sc.shape, jnp.float32)
 
-    def accumulate(k_TK, v_TK, mask_QT):
+    def accumulate(k_SK, v_SK, mask_TS):
         """One key block for every head of the group. The first block a row sees (the sink, or local
         block 0 without one) always has an allowed key, so m is finite before a fully masked row."""
         for r in range(R):
-            s = jax.lax.dot_general(q_ref[0, r], k_TK, (((1,), (1,)), ((), ())),
+            s = jax.lax.dot_general(q_ref[0, r], k_SK, (((1,), (1,)), ((), ())),
                                     preferred_element_type=jnp.float32) / scale
-            s = jnp.where(mask_QT, s, -jnp.inf)
+            s = jnp.where(mask_TS, s, -jnp.inf)
             m_prev = m_sc[r]
             m_new = jnp.maximum(m_prev, jnp.max(s, axis=-1, keepdims=True))
             p = jnp.exp(s - m_new)
             alpha = jnp.exp(m_prev - m_new)
             l_sc[r] = alpha * l_sc[r] + jnp.sum(p, axis=-1, keepdims=True)
-            acc_sc[r] = alpha * acc_sc[r] + jnp.dot(p.astype(v_TK.dtype), v_TK, preferred_element_type=jnp.float32)
+            acc_sc[r] = alpha * acc_sc[r] + jnp.dot(p.astype(v_SK.dtype), v_SK, preferred_element_type=jnp.float32)
             m_sc[r] = m_new
 
     if has_sink:

@@ -66,21 +66,21 @@ def _kernel(*refs, L, S, bq, bk, nq, scale, eps, has_sink, dot_precision, mem_pr
     qi = nq - 1 - pl.program_id(1)  # reversed: the longest programs first
     rows = qi * bq + jnp.arange(bq)
     row_ok = (rows < L)[:, None]
-    q_QK = pltr.load(q_ref, mask=row_ok, other=0)
+    q_TK = pltr.load(q_ref, mask=row_ok, other=0)
     cols = jnp.arange(bk)
 
-    def step(carry, k_TK, v_TV, mask_QT):
-        m_Q, l_Q, acc_QV = carry
-        s_QT = lax.dot_general(q_QK, k_TK, (((1,), (1,)), ((), ())), precision=dot_precision,
+    def step(carry, k_SK, v_SV, mask_TS):
+        m_T, l_T, acc_TV = carry
+        s_TS = lax.dot_general(q_TK, k_SK, (((1,), (1,)), ((), ())), precision=dot_precision,
                                preferred_element_type=jnp.float32) * scale
-        if mask_QT is not None:
-            s_QT = jnp.where(mask_QT, s_QT, -jnp.inf)
-        m_new = jnp.maximum(m_Q, jnp.max(s_QT, axis=1))
-        p_QT = jnp.exp(s_QT - m_new[:, None])
-        alpha = jnp.exp(m_Q - m_new)
-        acc_QV = alpha[:, None] * acc_QV + jnp.dot(p_QT.astype(v_TV.dtype), v_TV, precision=dot_precision,
+        if mask_TS is not None:
+            s_TS = jnp.where(mask_TS, s_TS, -jnp.inf)
+        m_new = jnp.maximum(m_T, jnp.max(s_TS, axis=1))
+        p_TS = jnp.exp(s_TS - m_new[:, None])
+        alpha = jnp.exp(m_T - m_new)
+        acc_TV = alpha[:, None] * acc_TV + jnp.dot(p_TS.astype(v_SV.dtype), v_SV, precision=dot_precision,
                                                    preferred_element_type=jnp.float32)
-        return m_new, alpha * l_Q + jnp.sum(p_QT, axis=1), acc_QV
+        return m_new, alpha * l_T + jnp.sum(p_TS, axis=1), acc_TV
 
     def masked_block(kr, vr, start, limit):  # a key block whose rows past ``limit`` are zeros
         start = pl.multiple_of(start, bk)
@@ -89,16 +89,16 @@ def _kernel(*refs, L, S, bq, bk, nq, scale, eps, has_sink, dot_precision, mem_pr
                 pltr.load(vr.at[pl.ds(start, bk), :], mask=ok, other=0))
 
     def sink_body(kb, carry):
-        k_TK, v_TV = masked_block(sk_ref, sv_ref, kb * bk, S)
-        return step(carry, k_TK, v_TV, (kb * bk + cols < S)[None, :])
+        k_SK, v_SV = masked_block(sk_ref, sv_ref, kb * bk, S)
+        return step(carry, k_SK, v_SV, (kb * bk + cols < S)[None, :])
 
     def full_body(kb, carry):  # every key <= the block's first query < L: no mask, no bound
         start = pl.multiple_of(kb * bk, bk)
         return step(carry, k_ref[pl.ds(start, bk), :], v_ref[pl.ds(start, bk), :], None)
 
     def diagonal_body(kb, carry):
-        k_TK, v_TV = masked_block(k_ref, v_ref, kb * bk, L)
-        return step(carry, k_TK, v_TV, rows[:, None] >= (kb * bk + cols)[None, :])
+        k_SK, v_SV = masked_block(k_ref, v_ref, kb * bk, L)
+        return step(carry, k_SK, v_SV, rows[:, None] >= (kb * bk + cols)[None, :])
 
     Vd = v_ref.shape[-1]
     carry = (jnp.full((bq,), -1e30, jnp.float32), jnp.zeros((bq,), jnp.float32), jnp.zeros((bq, Vd), jnp.float32))
@@ -107,13 +107,13 @@ def _kernel(*refs, L, S, bq, bk, nq, scale, eps, has_sink, dot_precision, mem_pr
     n_full = (qi * bq + 1) // bk  # blocks whose last key is at or before the block's first query
     n_end = jnp.minimum(pl.cdiv((qi + 1) * bq, bk), pl.cdiv(L, bk))  # through the diagonal
     carry = lax.fori_loop(0, n_full, full_body, carry)
-    _, l_Q, acc_QV = lax.fori_loop(n_full, n_end, diagonal_body, carry)
-    pltr.store(o_ref, (acc_QV / l_Q[:, None]).astype(o_ref.dtype), mask=row_ok)
+    _, l_T, acc_TV = lax.fori_loop(n_full, n_end, diagonal_body, carry)
+    pltr.store(o_ref, (acc_TV / l_T[:, None]).astype(o_ref.dtype), mask=row_ok)
 
-    sq_QK = feature_map(q_QK)
-    num_QV = jnp.dot(sq_QK, M_ref[...], precision=mem_precision, preferred_element_type=jnp.float32)
-    den_Q = jnp.sum(sq_QK * z_ref[...][None, :], axis=1) + eps
-    pltr.store(mem_ref, num_QV / den_Q[:, None], mask=row_ok)
+    sq_TK = feature_map(q_TK)
+    num_TV = jnp.dot(sq_TK, M_ref[...], precision=mem_precision, preferred_element_type=jnp.float32)
+    den_T = jnp.sum(sq_TK * z_ref[...][None, :], axis=1) + eps
+    pltr.store(mem_ref, num_TV / den_T[:, None], mask=row_ok)
 
 
 def segment_attention_gpu(q_NLHK, k_NLGK, v_NLGK, sink_k_BSGK, sink_v_BSGK, M_NGKV, z_NGK, eps: float = 1e-6,
