@@ -12,8 +12,8 @@
 Arguments: size (tiny, paper), stage (copy, tiny only: a schedule of the base LM on longctx and copies,
 run twice, the second from the first's weights; base: train the dense base LM, the tiny one from the
 second copy run's weights; gate: train only the memory-gating module on the frozen base from init_from,
-then evaluate), method (edgeinfinite, or a baseline fullkv, streamingllm, snapkv, pyramidkv: no
-training, the base from init_from evaluated with that cache).
+then evaluate), method (edgeinfinite, or any other KV_METHODS name, a KV-cache baseline: no training,
+the base from init_from evaluated with that cache).
 
 Tiny: the dense tiny LM (d 128, 4 layers, byte tokens, RoPE base 10,000) trained on 512-token windows,
 each one whole document, in three schedules (each a warm-up and a cosine): copy, 1,500 steps on
@@ -24,14 +24,15 @@ then base, 1,000 steps on ``longctx`` and as many ``drills`` documents (retrieva
 many key-value lookups teach it to match a question's key (the measurements behind each step are in
 docs/edgeinfinite.md). After training the base is checked on passkey and multikey prompts inside its
 window. EdgeInfinite keeps 32 sink and 32 window tokens around 128-token segments (the paper's 300 /
-200 / 2048, scaled), so the local cache never passes 192 tokens, and the gate trains on 800-token
+200 / 2048, scaled), so the local cache never passes 192 tokens (every stage sets the harness's
+longctx.budget to that and StreamingLLM's longctx.sink to the same sink), and the gate trains on 800-token
 windows of whole longctx documents (5 segments each). The gate logits start at -2 (memory weight 0.12,
 so training starts close to the base; the paper does not say) and learn at 0.05. Paper: sink 300,
 window 200, segment 2048, the gate trained at lr 0.005; BlueLM-3B's shape is not published, so the
 Qwen3-4B shape stands in.
 """
 from edge_jax.config import ConfigError, parse_arg
-from edge_jax.infer.kv_methods import KV_METHODS
+from edge_jax.infer.kv_baselines import KV_METHODS
 from edge_jax.models.presets import sized_config
 from edge_jax.papers.edgeinfinite.config import GATE, window_lengths
 
@@ -78,6 +79,9 @@ def get_config(arg=None):
     c.model.update(preset.get("model", {}))
     sizes = preset["infini"]
     c.model.update({k: v for k, v in sizes.items() if k not in ("infini_hidden", "infini_gate_init")})
+    # the baselines at EdgeInfinite's cache: its most slots per layer, StreamingLLM with its sink tokens
+    c.longctx.update(sink=sizes["infini_sink"],
+                     budget=sizes["infini_sink"] + sizes["infini_window"] + sizes["infini_segment"])
     if a.stage in ("copy", "base"):
         if a.method != "edgeinfinite":
             raise ConfigError(f"stage={a.stage} trains the base LM; pass method= only with stage=gate")

@@ -8,7 +8,7 @@ A variant registers itself where it is defined, in one line::
 and everything that needs the list of names (validation messages, factories, CLI choices,
 ablation cells) reads the registry, so adding a variant touches one place. Registries of the
 generic core are defined here; a registry for a narrower axis lives beside the code it selects
-(e.g. ``edge_jax.layers.ffn.FFN_KINDS``, ``edge_jax.infer.kv_methods.KV_METHODS``).
+(e.g. ``edge_jax.layers.ffn.FFN_KINDS``, ``edge_jax.infer.kv_baselines.KV_METHODS``).
 
 Layers register their variants when :mod:`edge_jax.models` imports them, paper packages when
 :mod:`edge_jax.papers` is imported. Reading a registry imports :data:`PLUGINS` first

@@ -1,21 +1,37 @@
-"""KV-cache baselines in the same harness as EdgeInfinite: FullKV, StreamingLLM, SnapKV, PyramidKV.
+"""Long-context KV methods (``longctx.method``): the registry :data:`KV_METHODS` and the generic
+KV-cache baselines FullKV, StreamingLLM, SnapKV and PyramidKV.
 
-All of them hold at most ``budget`` prompt tokens per layer after prefill (FullKV: all of them) and
-append the generated tokens after those (``extra`` slots).
+A method is a session class registered under its name where it is defined (the baselines here, a
+paper's own method in its package)::
 
-- FullKV: prefill in chunks of ``chunk`` tokens at their own positions; the whole prompt stays.
+    @KV_METHODS.register("fullkv")
+    class FullKVSession(CacheSession): ...
+
+A class has ``label`` (its name in reports), ``base_lm`` (True: a cache policy over the base LM as
+trained, so a comparison's cell evaluates that LM; False: the method needs params trained for it),
+``validate(config, budget)`` (a one-line ConfigError for a config it cannot run) and
+``from_config(model, params, config, budget) -> session``, where ``budget`` is ``longctx.budget``,
+the KV slots per layer. A session has ``prefill(tokens_BT)`` and ``step(token_B1)`` returning the
+last logits [B, V], its per-layer caches (:mod:`edge_jax.infer.kv_state`: GQA keys and values or MLA
+latents) as ``caches`` and an optional ``probe`` (:class:`edge_jax.infer.kv_state.PeakProbe`). A new
+baseline is one class and its registration: the harness (:mod:`edge_jax.infer.longctx`), config
+validation and comparison grids built from the registry pick it up. Importing :mod:`edge_jax.infer`
+registers the baselines below; reading the registry imports the papers
+(:func:`edge_jax.registry.load_plugins`), which register theirs.
+
+The baselines hold at most ``budget`` prompt tokens per layer after prefill (FullKV: all of them) and
+append the generated tokens after those (``extra`` slots, ``longctx.answer_tokens``).
+
+- FullKV: prefill in chunks of ``chunk`` tokens (``longctx.prefill_chunk``) at their own positions;
+  the whole prompt stays; ``budget`` is not used.
 - SnapKV: FullKV's prefill; the last ``obs_window`` prompt queries vote (attention summed over them
   and over each group's query heads, pooled with ``kernel``) for the earlier slots; each KV head keeps
   its top ``budget - obs_window`` and the observation window. Positions stay the original ones.
 - PyramidKV: SnapKV's selection with per-layer budgets falling with depth (same average).
-- StreamingLLM: the prompt streams through a cache of ``sink`` first tokens and the most recent
-  ones, in chunks of ``(budget - sink) // 2``; after each chunk only sink + recent stay, and positions
-  are re-assigned inside the cache (slot i is read at position i), so no position exceeds the cache.
-
-Each session has ``prefill(tokens_BT)`` and ``step(token_B1)`` returning the last logits [B, V], and
-its per-layer caches (:mod:`edge_jax.infer.kv_state`: GQA keys and values or MLA latents) as
-``caches``. Each method is registered in :data:`edge_jax.infer.kv_methods.KV_METHODS` under its
-``longctx.method`` name, built by ``from_config``; a new baseline is a class and one registration.
+- StreamingLLM: the prompt streams through a cache of ``sink`` (``longctx.sink``) first tokens and the
+  most recent ones, in chunks of ``(budget - sink) // 2``; after each chunk only sink + recent stay,
+  and positions are re-assigned inside the cache (slot i is read at position i), so no position
+  exceeds the cache.
 """
 from __future__ import annotations
 
@@ -24,9 +40,11 @@ import jax.numpy as jnp
 import numpy as np
 
 from edge_jax.errors import ConfigError
-from edge_jax.infer.kv_methods import KV_METHODS
 from edge_jax.infer.kv_select import pyramid_budgets, snapkv_indices, streaming_indices
 from edge_jax.infer.kv_state import SLOT_ARRAYS, empty_caches, first_slots, pad_slots, run_chunk, take_slots, write
+from edge_jax.registry import Registry
+
+KV_METHODS: Registry = Registry("KV method", key="longctx.method")
 
 _select = jax.jit(snapkv_indices, static_argnames=("budget", "window", "kernel", "kind"))
 
@@ -34,6 +52,7 @@ _select = jax.jit(snapkv_indices, static_argnames=("budget", "window", "kernel",
 class CacheSession:
     """Decoding after a prefill: each layer appends at its own next free slot."""
     label = ""
+    base_lm = True  # a cache policy over the base LM as trained
 
     @classmethod
     def validate(cls, config, budget: int) -> None:
@@ -120,7 +139,14 @@ class StreamingSession(CacheSession):
 
     @classmethod
     def from_config(cls, model, params, config, budget: int):
-        return cls(model, params, budget, config.model.infini_sink, config.longctx.answer_tokens)
+        return cls(model, params, budget, config.longctx.sink, config.longctx.answer_tokens)
+
+    @classmethod
+    def validate(cls, config, budget: int) -> None:
+        sink = config.longctx.sink
+        if not 0 <= sink < budget:
+            raise ConfigError(f"longctx.sink={sink} must lie in [0, longctx.budget={budget}) (StreamingLLM keeps "
+                              "sink + recent tokens in the budget); e.g. longctx.budget=2048, longctx.sink=4")
 
     def __init__(self, model, params, budget: int, sink: int, extra: int, probe=None):
         super().__init__(model, params, probe)
@@ -183,7 +209,10 @@ class SnapKVSession(CacheSession):
     def validate(cls, config, budget: int) -> None:
         window = config.longctx.obs_window
         if not 0 < window < budget:
-            raise ConfigError(f"longctx.obs_window={window} must lie in [1, budget {budget}); e.g. 8")
+            raise ConfigError(f"longctx.obs_window={window} must lie in [1, longctx.budget={budget}); e.g. "
+                              "longctx.budget=2048, longctx.obs_window=8")
+        if config.longctx.pool_kernel <= 0 or config.longctx.pool_kernel % 2 == 0:
+            raise ConfigError(f"longctx.pool_kernel={config.longctx.pool_kernel} must be a positive odd number, e.g. 7")
 
     @classmethod
     def from_config(cls, model, params, config, budget: int):

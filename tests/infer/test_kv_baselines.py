@@ -83,7 +83,7 @@ def test_snapkv_selection_does_not_depend_on_the_chunk(setup):
 
 def test_answer_nll_and_greedy_answer_match_the_full_forward():
     from edge_jax.data import get_tokenizer
-    from edge_jax.papers.edgeinfinite.longctx_eval import answer
+    from edge_jax.infer.longctx import answer
     tok = get_tokenizer("byte", "longctx")
     cfg = ModelConfig(vocab_size=320, d_model=32, n_layers=2, n_heads=4, n_kv_heads=2, head_dim=8, d_ff=64)
     model = DecoderLM(cfg)
@@ -105,26 +105,3 @@ def test_answer_nll_and_greedy_answer_match_the_full_forward():
             break
     assert got == tok.decode(ids).strip().split("\n")[0].strip()
 
-
-def test_a_new_kv_method_is_one_class_and_one_registration(setup):
-    """A baseline registered in KV_METHODS is accepted by config validation (and so by grid cells) and
-    built by the long-context evaluation from the config."""
-    from edge_jax.config import load_config
-    from edge_jax.infer.kv_methods import KV_METHODS
-    from edge_jax.papers.edgeinfinite.longctx_eval import make_session
-
-    if "test_recent_only" not in KV_METHODS:
-        @KV_METHODS.register("test_recent_only")
-        class RecentOnly(StreamingSession):  # StreamingLLM without sink tokens
-            label = "recent only"
-
-            @classmethod
-            def from_config(cls, model, params, config, budget: int):
-                return cls(model, params, budget, 0, config.longctx.prefill_chunk)
-
-    config = load_config("configs/edgeinfinite.py:method=fullkv", {"init_from": "/base",
-                                                                    "longctx.method": "test_recent_only"})
-    model, params, tokens, full = setup
-    session = make_session("test_recent_only", model, params, config)
-    assert type(session).label == "recent only"
-    np.testing.assert_allclose(np.asarray(session.prefill(tokens[:, :40])), full[:, 39], rtol=1e-5, atol=2e-5)

@@ -1,5 +1,5 @@
-"""EdgeInfinite: Algorithm 1 inference, long-context evaluation, grids and reports, benchmark.
+"""EdgeInfinite: Algorithm 1 inference, grids and reports, benchmark.
 
-Importing it registers the ``longctx`` config section, the ``edgeinfinite`` KV method, the
-long-context evaluator and ``edge-jax bench long-context``."""
-from edge_jax.papers.edgeinfinite import bench, config, evaluators, inference  # noqa: F401  (registrations)
+Importing it registers its config checks, the ``edgeinfinite`` KV method and ``edge-jax bench
+long-context``; the long-context harness that evaluates it is generic (:mod:`edge_jax.infer.longctx`)."""
+from edge_jax.papers.edgeinfinite import bench, config, inference  # noqa: F401  (registrations)

@@ -51,7 +51,7 @@ import numpy as np
 from edge_jax.bench import Benchmark
 from edge_jax.bench.kernels import KERNEL_CASES, KernelCase
 from edge_jax.config import ConfigError
-from edge_jax.infer.kv_methods import KV_METHODS
+from edge_jax.infer.kv_baselines import KV_METHODS
 from edge_jax.infer.kv_state import PeakProbe, cache_bytes
 from edge_jax.layers.kernels.segment_attention import segment_attention, segment_attention_reference
 from edge_jax.models.decoder import DecoderLM, ModelConfig

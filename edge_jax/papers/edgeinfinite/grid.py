@@ -1,8 +1,9 @@
 """What the EdgeInfinite ablation files share: stages (base LM, trained gate), cells, paper numbers.
 
-Every cell only evaluates (``train.steps=0``): the baselines evaluate the base LM of the shared
-``base`` stage (trained once, like the paper's one BlueLM-3B), EdgeInfinite the gate trained on it
-by the per-seed ``gate`` stage. The seed also draws the evaluation prompts, so seeds differ in data.
+Every cell only evaluates (``train.steps=0``): a KV method that runs on the base LM as trained
+(``base_lm``: every registered baseline) evaluates the base LM of the shared ``base`` stage (trained
+once, like the paper's one BlueLM-3B), EdgeInfinite the gate trained on it by the per-seed ``gate``
+stage. The seed also draws the evaluation prompts, so seeds differ in data.
 """
 from __future__ import annotations
 
@@ -14,7 +15,8 @@ CATEGORIES = ("single_needle", "multi_key", "aggregation", "few_shot", "code_tra
 # The LongBench category (EdgeInfinite Tables 1-2) each of our task categories stands in for.
 PAPER_CATEGORY = {"single_needle": "Syn", "multi_key": "SQA", "aggregation": "Sum", "few_shot": "FS",
                   "code_tracking": "Code"}
-# Table 1 category averages and overall; Table 2 for the token ablation.
+# Table 1 category averages and overall, by KV method (a method the paper did not run has none); Table 2 for the
+# token ablation.
 TABLE1 = {
     "fullkv": dict(SQA=30.05, MQA=18.89, Sum=12.29, FS=39.37, Syn=11.67, Code=35.39, Avg=24.20),
     "snapkv": dict(SQA=29.84, MQA=18.37, Sum=11.65, FS=38.51, Syn=12.43, Code=35.40, Avg=23.88),
@@ -65,6 +67,7 @@ def edgeinfinite_cell(**model) -> dict:
 
 
 def baseline_cell(method: str) -> dict:
+    """The cell of a KV method that runs on the base LM as trained (``base_lm``): the base, evaluated."""
     return {**EVAL_ONLY, "init_from": "{stage:base}", "model.infini_hidden": 0, "train.trainable": ".*",
             "longctx.method": method}
 

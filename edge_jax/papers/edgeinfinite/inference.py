@@ -16,7 +16,8 @@ Every chunk has a fixed length (sink, segment, window, one token, and the prefil
 padded to window + segment), so a whole run compiles six small steps and its memory does not grow
 with the input: the cache holds at most sink + window + segment slots per layer.
 
-The session is the ``edgeinfinite`` method of :data:`edge_jax.infer.kv_methods.KV_METHODS`.
+The session is the ``edgeinfinite`` method of :data:`edge_jax.infer.kv_baselines.KV_METHODS`; it needs
+the trained gate (``base_lm = False``), so a comparison grid gives it the gate's cell.
 """
 from __future__ import annotations
 
@@ -24,7 +25,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from edge_jax.errors import ConfigError
-from edge_jax.infer.kv_methods import KV_METHODS
+from edge_jax.infer.kv_baselines import KV_METHODS
 from edge_jax.infer.kv_state import empty_caches, only_first, run_chunk, write
 from edge_jax.layers.infini.compressive import empty_memory, segment_layout
 
@@ -35,6 +36,7 @@ class EdgeInfiniteSession:
 
     ``prefill(tokens_BT)`` and ``step(token_B1)`` return the logits [B, V] of the last position."""
     label = "EdgeInfinite"
+    base_lm = False  # runs the gate trained on the base
 
     @classmethod
     def validate(cls, config, budget: int) -> None:

@@ -163,7 +163,9 @@ def test_merge_params_copies_the_base_and_names_mismatches():
 
 @pytest.mark.parametrize("overrides,message", [
     ({"model.infini_window": 200}, "shorter than model.infini_window"),
-    ({"longctx.budget": 40}, "leave nothing of the cache budget"),
+    ({"longctx.method": "streamingllm", "longctx.sink": 192}, r"longctx.sink=192 must lie in \[0, longctx.budget=192"),
+    ({"longctx.method": "snapkv", "longctx.budget": 0}, r"longctx.obs_window=8 must lie in \[1, longctx.budget=0\)"),
+    ({"longctx.method": "pyramidkv", "longctx.pool_kernel": 4}, "longctx.pool_kernel=4 must be a positive odd"),
     ({"model.attention": "mla", "model.kv_lora_rank": 16, "model.d_rope": 8, "model.qk_norm": False}, "needs model.attention=gqa"),
     ({"init_from": ""}, "trains EdgeInfinite's gate on a frozen base"),
     ({"longctx.lengths": (1024, 99999)}, "longctx.max_input"),
@@ -179,7 +181,7 @@ def test_config_errors_are_one_line(overrides, message):
 def test_input_past_the_hard_limit_is_refused():
     from edge_jax.config import ConfigError, load_config
     from edge_jax.data import get_tokenizer
-    from edge_jax.papers.edgeinfinite.longctx_eval import evaluate_longctx
+    from edge_jax.infer.longctx import evaluate_longctx
     config = load_config("configs/edgeinfinite.py", {"init_from": "/base", "longctx.lengths": (1024,),
                                                       "longctx.max_input": 1024, "longctx.examples": 1})
     config.longctx.max_input = 900  # below the prompts (validation would refuse it up front)
@@ -234,5 +236,5 @@ def test_gate_trains_on_a_frozen_base_end_to_end(tiny_config, tmp_path):
     assert np.abs(np.asarray(after["layers_0"]["attn"]["memory_gate"]["g"])).max() > 0  # the gate moved (init 0)
     baseline = load_config("configs/lm.py:size=tiny", tiny_overrides(**{
         **sizes, **evaluation, "train.steps": 0, "init_from": base_wd, "longctx.method": "snapkv",
-        "longctx.obs_window": 4}))
+        "longctx.budget": 16, "longctx.obs_window": 4}))
     assert train_and_evaluate(baseline, str(tmp_path / "snap"))["longctx/prompts"] == 1

@@ -116,7 +116,7 @@ def test_inwindow_check_and_its_numbers_in_every_cell(tmp_path):
     """The in-window evaluator on a small random model; a cell finds its base's numbers through init_from
     (a baseline's base directly, EdgeInfinite's through its gate)."""
     from edge_jax.data import get_tokenizer
-    from edge_jax.papers.edgeinfinite.longctx_eval import base_inwindow, evaluate_inwindow
+    from edge_jax.infer.longctx import base_inwindow, evaluate_inwindow
     config = load_config("configs/edgeinfinite.py:stage=base", {"longctx.inwindow_examples": 2,
                                                                  "longctx.inwindow_lengths": (380, 400)})
     model = DecoderLM(ModelConfig(vocab_size=320, d_model=32, n_layers=1, n_heads=2, n_kv_heads=1, head_dim=16,
@@ -176,3 +176,36 @@ def test_categories_report_tests_the_papers_pairs_on_answer_nll(tmp_path):
     assert "On the answer NLL, the paper's ordered pairs: 8 agree, 2 disagree, 0 within noise" in text
     assert "| edgeinfinite > fullkv | 3 | 2 |" in text
     assert "| fullkv > snapkv | 3 | -1 |" in text and "disagree: FullKV attends to every prompt token" in text
+
+
+def test_committed_records_load_to_todays_cell_configs():
+    """Every committed EdgeInfinite record, upgraded to today's keys, is the config its cell loads today
+    (base + recorded overrides + seed): records from before the harness had longctx.sink and an explicit
+    longctx.budget mean what they ran (StreamingLLM's sink = model.infini_sink; budget = sink + window +
+    segment), so nothing is rerun and no table changes."""
+    import glob
+    import pathlib
+
+    from edge_jax.config import flat_json, flatten, schema_defaults, upgrade_config
+    root = pathlib.Path(__file__).resolve().parents[3]
+    paths = sorted(glob.glob(str(root / "results" / "edgeinfinite_*" / "records" / "*.json")))
+    assert len(paths) >= 27
+    for path in paths:
+        rec = json.loads(pathlib.Path(path).read_text())
+        config = load_config(rec["base"], {**rec["overrides"], "seed": rec["seed"]})
+        have = json.loads(json.dumps({**flat_json(schema_defaults(config)), **flatten(upgrade_config(rec["config"]))}))
+        want = flat_json(config)
+        assert have == want, path
+
+
+def test_upgrade_makes_the_baselines_sizes_explicit():
+    from edge_jax.config import flatten, upgrade_config
+    old = {"model": {"infini_sink": 32, "infini_window": 32, "infini_segment": 128},
+           "longctx": {"method": "streamingllm", "budget": 0}}
+    got = flatten(upgrade_config(old))
+    assert (got["longctx.sink"], got["longctx.budget"]) == (32, 192)
+    old["longctx"]["budget"] = 100  # an explicit budget stays
+    assert flatten(upgrade_config(old))["longctx.budget"] == 100
+    assert "longctx.sink" not in flatten(upgrade_config({"model": {"infini_segment": 0}}))  # not an EdgeInfinite run
+    new = {**old, "longctx": {"method": "streamingllm", "budget": 0, "sink": 4}}
+    assert flatten(upgrade_config(new))["longctx.budget"] == 0  # written with the key: as it is

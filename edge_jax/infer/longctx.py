@@ -1,11 +1,14 @@
-"""Long-context evaluation: exact match on the built-in ``longctx`` tasks with one inference method.
+"""The long-context harness: exact match on the built-in ``longctx`` tasks with one KV method.
 
-The five tasks stand for LongBench's categories (:data:`edge_jax.data.builders.longctx.CATEGORIES`):
-single-needle retrieval, multi-key retrieval, aggregation over documents, few-shot pattern
-continuation and code-like variable tracking. ``longctx.examples`` prompts per task and length
-(``longctx.lengths``, in characters: tokens for the byte tokenizer) are drawn with the run's seed;
-each is prefilled with the method's cache policy and answered greedily (at most
-``longctx.answer_tokens`` tokens, up to the first newline), then compared with the gold answer.
+``longctx.method`` names a :data:`edge_jax.infer.kv_baselines.KV_METHODS` entry (a generic
+baseline, or a paper's own method); its keys are the ``longctx`` section
+(:mod:`edge_jax.infer.longctx_config`). The five tasks stand for LongBench's categories
+(:data:`edge_jax.data.builders.longctx_tasks.CATEGORIES`): single-needle retrieval, multi-key
+retrieval, aggregation over documents, few-shot pattern continuation and code-like variable
+tracking. ``longctx.examples`` prompts per task and length (``longctx.lengths``, in characters:
+tokens for the byte tokenizer) are drawn with the run's seed; each is prefilled with the method's
+cache policy and answered greedily (at most ``longctx.answer_tokens`` tokens, up to the first
+newline), then compared with the gold answer.
 
 Metrics (percent, like LongBench): ``longctx/overall`` (mean over tasks and lengths),
 ``longctx/<category>`` (mean over lengths), ``longctx/len<L>`` (mean over tasks), and
@@ -13,13 +16,16 @@ Metrics (percent, like LongBench): ``longctx/overall`` (mean over tasks and leng
 ``longctx/answer_nll`` (and per category) is the teacher-forced NLL of the gold answer, nats per
 token: a graded score that still separates methods when a tiny model's exact match is zero.
 
-The in-window check (:func:`evaluate_inwindow`, ``longctx.inwindow_examples`` > 0, run after the
-base LM trains): passkey and multikey prompts of ``longctx.inwindow_lengths`` (inside its training
+The in-window check (:func:`evaluate_inwindow`, ``longctx.inwindow_examples`` > 0, run after a base
+LM trains): passkey and multikey prompts of ``longctx.inwindow_lengths`` (inside its training
 window) answered greedily with the model's own full attention; ``inwindow/single_needle``,
 ``inwindow/multi_key`` (percent exact match, mean over lengths), ``inwindow/<category>/len<L>``,
 ``inwindow/answer_nll/<category>``. Every long-context evaluation carries its base's numbers as
 ``base/inwindow/...`` (:func:`base_inwindow`, found through ``init_from``), so a table's records say
 whether the base could retrieve at all.
+
+Both register as evaluators (``longctx``, ``inwindow``); :func:`method_cells` builds a comparison
+grid's cells from the registered methods.
 """
 from __future__ import annotations
 
@@ -27,6 +33,7 @@ import copy
 import json
 import os
 import time
+from typing import Callable
 
 import jax
 import jax.numpy as jnp
@@ -34,17 +41,17 @@ import numpy as np
 
 from edge_jax.data.builders.longctx_tasks import CATEGORIES, TASKS, eval_prompts
 from edge_jax.errors import ConfigError
-from edge_jax.infer.kv_methods import KV_METHODS
-from edge_jax.papers.edgeinfinite import inference  # noqa: F401  (registers the edgeinfinite method)
-from edge_jax.papers.edgeinfinite.config import INWINDOW_TASKS, longctx_budget
-from edge_jax.train.qa import score_answers
+from edge_jax.infer.kv_baselines import KV_METHODS
+from edge_jax.infer.longctx_config import INWINDOW_TASKS
+from edge_jax.registry import EVALUATORS, Evaluator
+from edge_jax.train.qa import score_answers  # (registers the core's qa evaluator before these)
 from edge_jax.train.workdir import load_workdir_config
 
 
 def make_session(method: str, model, params, config):
     """The inference session of ``method`` (a :data:`KV_METHODS` name) with the config's sizes and
-    budget; an unknown name is a one-line ConfigError."""
-    return KV_METHODS.get(method).from_config(model, params, config, longctx_budget(config))
+    ``longctx.budget``; an unknown name is a one-line ConfigError."""
+    return KV_METHODS.get(method).from_config(model, params, config, config.longctx.budget)
 
 
 def answer(session, prompt_ids, answer_ids, tokenizer, max_tokens: int) -> tuple[str, float]:
@@ -160,3 +167,25 @@ def base_inwindow(workdir: str, depth: int = 4) -> dict:
 def _cached_tokens(session) -> int:
     """Most prompt + answer tokens any layer holds right now."""
     return int(max(np.asarray(c["valid"]).sum(axis=-1).max() for c in session.caches))
+
+
+def method_cells(base_lm_cell: Callable[[str], dict], own_cells: dict[str, dict]) -> dict[str, dict]:
+    """A comparison grid's cells, one per registered KV method in registration order: a method that
+    runs on the base LM as trained (``base_lm``) gets ``base_lm_cell(name)``; one that needs params
+    trained for it gets ``own_cells[name]`` (its stage is the caller's) and is left out when the
+    caller has none for it."""
+    cells = {}
+    for name, method in KV_METHODS.items():
+        if method.base_lm:
+            cells[name] = base_lm_cell(name)
+        elif name in own_cells:
+            cells[name] = own_cells[name]
+    return cells
+
+
+EVALUATORS.register("longctx", Evaluator(
+    enabled=lambda config: bool(config.longctx.method),
+    run=lambda ctx: evaluate_longctx(ctx.run.model, ctx.params, ctx.run.tokenizer, ctx.config)))
+EVALUATORS.register("inwindow", Evaluator(
+    enabled=lambda config: config.longctx.inwindow_examples > 0,
+    run=lambda ctx: evaluate_inwindow(ctx.run.model, ctx.params, ctx.run.tokenizer, ctx.config)))
