@@ -27,6 +27,7 @@ from edge_jax.layers.kernels import backend
 from edge_jax.models import DecoderLM
 from edge_jax.models.count import ROM_AXES, param_sizes
 from edge_jax.models.head import chunked_token_losses
+from edge_jax.models.inputs import host_shapes
 from edge_jax.sharding import MESH_AXES, batch_sharding, check_divisible, check_model_divisible, on_mesh, replicated
 from edge_jax.train.optim import make_optimizer
 from edge_jax.train.setup import model_config
@@ -188,12 +189,12 @@ def compile_train(config: ml_collections.ConfigDict, target: Target) -> CompileS
     b, t = int(config.data.batch_size), int(config.data.seq_len)
     data = batch_sharding(mesh)
     batch = {k: jax.ShapeDtypeStruct((b, t), jnp.int32, sharding=data) for k in ("inputs", "targets")}
-    if cfg.memory == "engram":
-        n = len(cfg.engram_orders) * cfg.engram_heads
-        batch["ngram_ids"] = jax.ShapeDtypeStruct((b, t, n), jnp.int32, sharding=NamedSharding(mesh, P(
-            ("data", "fsdp"), None, None)))
+    host = host_shapes(cfg, b, t)  # the memory kind's host inputs, their rows over the data axes too
+    for name, (shape, dtype) in host.items():
+        batch[name] = jax.ShapeDtypeStruct(shape, dtype, sharding=NamedSharding(mesh, P(
+            ("data", "fsdp"), *([None] * (len(shape) - 1)))))
     step = jax.jit(make_train_step(config.train.grad_accum, schedule, config.train.loss_chunk), donate_argnums=0,
-                   in_shardings=(shardings, data if cfg.memory != "engram" else None),
+                   in_shardings=(shardings, None if host else data),
                    out_shardings=(shardings, None))
     return _stats("train", lambda: on_mesh(mesh, for_target(target, step.lower))(state_abs, batch).compile(), mesh, config, b * t, t, b,
                   state_abs, state_abs.params, cfg, uncounted=loss_chunks_uncounted(config, cfg, mesh))

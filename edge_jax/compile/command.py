@@ -68,7 +68,7 @@ def report(config, target, decode: bool = False, fix: bool = True) -> tuple[str,
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--config", required=True, help="path/to/config.py[:arg], e.g. configs/meki.py:size=qwen3_4b")
+    p.add_argument("--config", required=True, help="path/to/config.py[:arg], e.g. configs/lm.py:size=qwen3_4b")
     p.add_argument("--topology", required=True, help="a Cloud TPU type (v5p-128, v5e-256, v4-64, v6e-16 ...), "
                    "an explicit slice (v5p:4x4x4), cpu:N (simulated devices) or local (this machine's devices)")
     p.add_argument("--mesh", default=None, help="AXIS=SIZE over data, fsdp, tensor (default: data = slices, "

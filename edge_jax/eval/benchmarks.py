@@ -1,9 +1,9 @@
-"""The ten zero-shot benchmarks MeKi reports (ARC-E, ARC-C, BoolQ, COPA, HellaSwag, LAMBADA, OBQA,
-PIQA, SciQ, WinoGrande), in lm-evaluation-harness's formats (its task YAMLs, version in
+"""Ten published zero-shot benchmarks (ARC-E, ARC-C, BoolQ, COPA, HellaSwag, LAMBADA, OBQA,
+PIQA, SciQ, WinoGrande; the set MeKi reports), in lm-evaluation-harness's formats (its task YAMLs, version in
 ``Task.version``), read from local files in their published layout (:mod:`edge_jax.eval.files`)
 or from prepared TFDS datasets (``--data-dir tfds:<dir>``, :mod:`edge_jax.eval.tfds_tasks`).
 
-``--tasks meki10`` runs all ten.
+``--tasks ten_benchmarks`` runs all ten (a paper may register its own name for the group in ``GROUPS``).
 """
 from __future__ import annotations
 
@@ -105,6 +105,6 @@ _register("winogrande", Format(
     ("sentence", "option1", "option2", "answer"), "validation", "train", "1.0",
     description="WinoGrande (winogrande_xl)")
 
-MEKI10 = ("arc_easy", "arc_challenge", "boolq", "copa", "hellaswag", "lambada_openai", "openbookqa", "piqa",
+TEN_BENCHMARKS = ("arc_easy", "arc_challenge", "boolq", "copa", "hellaswag", "lambada_openai", "openbookqa", "piqa",
           "sciq", "winogrande")
-GROUPS["meki10"] = MEKI10
+GROUPS["ten_benchmarks"] = TEN_BENCHMARKS

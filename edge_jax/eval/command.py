@@ -1,7 +1,8 @@
 """``edge-jax eval --workdir W --tasks ...``: zero-/few-shot scores of a workdir's latest checkpoint.
 
-Writes ``W/eval/<task>.json`` (``W/eval_folded/`` for MeKi's folded form) and prints a table with
-the average and chance level.
+Writes ``W/eval/<task>.json`` (``W/eval_folded/`` with ``--fold``: the model's inference form, as its
+memory kind defines it; :mod:`edge_jax.models.inference`) and prints a table with the average and
+chance level.
 """
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ from edge_jax.utils.args import at_least, count, output_dir
 def add_arguments(p) -> None:
     """The zero-shot flags of ``edge-jax eval``."""
     p.add_argument("--tasks", default="", help="zero-shot tasks or groups, comma-separated: facts_mc, code_cloze, "
-                   "longctx_mc (group builtin), the ten MeKi benchmarks (group meki10: arc_easy, arc_challenge, boolq, "
+                   "longctx_mc (group builtin), ten published benchmarks (group ten_benchmarks: arc_easy, arc_challenge, boolq, "
                    "copa, hellaswag, lambada_openai, openbookqa, piqa, sciq, winogrande); skips the validation loss")
     p.add_argument("--data-dir", default="", help="where the benchmarks' published files lie (DIR/<task>/<split>.jsonl "
                    "or .parquet; docs/eval.md), or tfds:DIR for prepared TFDS datasets")
@@ -25,7 +26,8 @@ def add_arguments(p) -> None:
     p.add_argument("--batch-size", type=count, default=16, help="rows per scoring batch")
     p.add_argument("--no-truncate", action="store_true", help="refuse a request longer than --max-length instead "
                    "of truncating its context from the left")
-    p.add_argument("--fold", action="store_true", help="score MeKi's folded inference form (models/fold.py)")
+    p.add_argument("--fold", action="store_true", help="score the model's inference form, as its memory kind "
+                   "defines it (models/inference.py), into W/eval_folded/")
 
 
 def zero_shot_workdir(args) -> dict:
@@ -41,10 +43,13 @@ def zero_shot_workdir(args) -> dict:
     model, params = run.model, state.params
     if args.fold:
         from edge_jax.models import DecoderLM
-        from edge_jax.models.fold import FoldError, fold_meki
+        from edge_jax.models.inference import InferenceFormError, has_inference_form, inference_form
+        if not has_inference_form(model.cfg):
+            raise TaskError(f"--fold: model.memory={model.cfg.memory!r} has no inference form other than the "
+                            "trained model; drop --fold")
         try:
-            params, cfg = fold_meki(params, model.cfg)
-        except FoldError as e:
+            params, cfg = inference_form(params, model.cfg)
+        except InferenceFormError as e:
             raise TaskError(f"--fold: {e}") from None
         model = DecoderLM(cfg)
     max_length = args.max_length or run.config.data.seq_len

@@ -1,7 +1,7 @@
 """``eval.*``: zero-shot tasks after training, and the scorer for a model and its params.
 
 ``eval.zero_shot`` names tasks or groups (``builtin``: facts_mc, code_cloze, longctx_mc;
-``meki10``: the ten MeKi benchmarks, which read ``eval.data_dir``); after training, the ``zero_shot``
+``ten_benchmarks``: ten published benchmarks, which read ``eval.data_dir``); after training, the ``zero_shot``
 evaluator scores them, writes ``<workdir>/eval/<task>.json`` and adds ``zero_shot/<task>`` (acc) and
 ``zero_shot_avg`` to the run's result, so grid tables can show them. The same code serves
 ``edge-jax eval --tasks`` (:mod:`edge_jax.train.evaluate`).
@@ -96,7 +96,7 @@ def check_data(ctx: RunContext):
 
 def make_scorer(model, params, tokenizer, max_length: int, batch_size: int = 16, mesh=None,
                 progress: bool = True, truncate: bool = True) -> Scorer:
-    """A :class:`Scorer` for ``model`` (host inputs such as Engram's n-gram ids included); the batch
+    """A :class:`Scorer` for ``model`` (its memory kind's host inputs included); the batch
     size is rounded up to a multiple of the mesh's data x fsdp devices."""
     if mesh is not None:
         ways = mesh.shape["data"] * mesh.shape["fsdp"]

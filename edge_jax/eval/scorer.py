@@ -22,6 +22,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from edge_jax.eval.tasks import TaskError
+from edge_jax.models.inputs import apply_kwargs
 from edge_jax.sharding import batch_sharding, on_mesh, process_rows, replicated, to_global
 
 MIN_BUCKET = 32
@@ -67,7 +68,7 @@ def bucket(n: int, max_length: int) -> int:
 
 @dataclasses.dataclass
 class Scorer:
-    """Scores requests with a model: ``apply_fn({"params": params}, tokens_BT, **host_fn(tokens))``
+    """Scores requests with a model: ``apply_fn({"params": params}, tokens_BT, host_inputs=host_fn(tokens))``
     gives logits ``[B, T, V]``. With a ``mesh``, each batch's rows are split over its data and fsdp
     axes (``batch_size`` must be a multiple of their size; every process builds the same batch and
     keeps its rows) and the results come back replicated."""
@@ -85,7 +86,7 @@ class Scorer:
         apply_fn = self.apply_fn
 
         def step(params, tokens_BT, targets_BT, mask_BT, extra):
-            logits = apply_fn({"params": params}, tokens_BT, **extra).astype(jnp.float32)
+            logits = apply_fn({"params": params}, tokens_BT, **apply_kwargs(extra)).astype(jnp.float32)
             logp = jax.nn.log_softmax(logits, axis=-1)
             target_lp = jnp.take_along_axis(logp, targets_BT[..., None], axis=-1)[..., 0]
             greedy = jnp.argmax(logits, axis=-1) == targets_BT
@@ -156,7 +157,7 @@ def loglikelihoods_reference(apply_fn, params, tokenizer, requests: Sequence[tup
         ctx, cont = encode_pair(tokenizer, context, continuation)
         inputs, n = request_row(ctx, cont, max_length)
         tokens = np.asarray([inputs], np.int32)
-        logits = np.asarray(apply_fn({"params": params}, tokens, **(host_fn(tokens) if host_fn else {})),
+        logits = np.asarray(apply_fn({"params": params}, tokens, **apply_kwargs(host_fn(tokens) if host_fn else {})),
                             np.float64)[0, -n:]
         top = logits.max(-1, keepdims=True)
         logp = logits - top - np.log(np.exp(logits - top).sum(-1, keepdims=True))

@@ -15,13 +15,10 @@ EdgeInfinite (``model.infini_hidden > 0``) adds ``layers_i/attn/memory_gate/{w1,
 NPUMoE (``model.moe_experts > 0``) replaces ``layers_i/ffn`` by ``layers_i/moe/{router, gate, up, down}``
 (:mod:`edge_jax.layers.moe.layer`) in ``moe_layers`` (default: all); ``moe_exec`` says how it executes.
 
-Token-indexed memories (``model.memory``):
-    meki    layers_i/meki/expert/{memory, proj_*, alpha, beta, norm}, layers_i/meki/{gate, out, out_norm}
-            (folded: layers_i/meki/{table, gate, out, out_norm}); placed by ``meki_position``, with
-            its own pre-norm ``layers_i/meki_norm`` when it sits after attention or after the FFN.
-    ple     ple_inputs/... (model level), layers_i/ple/... added at the end of each layer.
-    engram  layers_i/engram/... added to the residual before attention at ``engram_layers``;
-            needs ``ngram_ids`` hashed on the host (:mod:`edge_jax.models.inputs`).
+Token-indexed memories (``model.memory``, :mod:`edge_jax.layers.token_memory`) add residual branches
+at named sites of each block (their params under ``layers_i/...``, or at model level); a memory kind may
+take host inputs, arrays computed outside the model (:mod:`edge_jax.models.inputs`), passed as one
+dict ``host_inputs``. Each kind's module docstring lists its params.
 
 ``model.scan_layers`` builds the stack as one ``nn.scan`` over a :class:`ScannedBlock`: every
 ``layers_i/X`` above becomes ``layers/X`` with a leading layer axis (:mod:`edge_jax.models.scan`
@@ -36,7 +33,7 @@ from edge_jax.layers.attention.kinds import ATTENTION_KINDS
 from edge_jax.layers.ffn import FFN
 from edge_jax.layers.moe.layer import MoE
 from edge_jax.layers.norms import RMSNorm
-from edge_jax.layers.token_memory.base import HOST_INPUTS, MEMORY_KINDS
+from edge_jax.layers.token_memory.base import MEMORY_KINDS
 from edge_jax.models.config import ModelConfig
 from edge_jax.models.head import HeadKernel, vocab_logits
 from edge_jax.models.scan import REMAT_POLICIES, STACKED
@@ -131,10 +128,10 @@ class DecoderLM(nn.Module):
     cfg: ModelConfig
 
     @nn.compact
-    def __call__(self, tokens_BT, positions_BT=None, return_hidden: bool = False, ngram_ids=None,
-                 meki_rows=None, ffn_mask_ratio=None, attn_context=None, features_only: bool = False):
-        """``ngram_ids`` [B, T, N]: host-hashed Engram ids (memory=engram only). ``meki_rows``
-        [B, T, L, d_mem]: folded MeKi rows gathered outside the model (e.g. from host memory).
+    def __call__(self, tokens_BT, positions_BT=None, return_hidden: bool = False, host_inputs=None,
+                 ffn_mask_ratio=None, attn_context=None, features_only: bool = False):
+        """``host_inputs``: ``{name: array}``, the memory kind's inputs computed outside the model
+        (:mod:`edge_jax.models.inputs`; only names its ``MemoryKind.accepts``), put in ``ctx``.
         ``ffn_mask_ratio``: zero the smallest fraction of every FFN's activations (sparsity analysis).
         ``attn_context``: one dict per layer, its explicit KV cache (and EdgeInfinite memory) for the
         attention layers (:mod:`edge_jax.infer.kv_state`, :mod:`edge_jax.layers.attention.cached`);
@@ -142,11 +139,11 @@ class DecoderLM(nn.Module):
         and the head's weight in the compute dtype, instead of the logits (:mod:`edge_jax.models.head`)."""
         c = self.cfg
         memory = MEMORY_KINDS.get(c.memory)
-        host = {"meki_rows": meki_rows, "ngram_ids": ngram_ids}
-        for name in HOST_INPUTS:
-            if host[name] is not None and name not in memory.accepts:
-                raise ValueError(f"{name} is not an input of model.memory={c.memory!r}; pass it only to a "
-                                 f"model whose memory takes it")
+        host = dict(host_inputs or {})
+        for name in host:
+            if name not in memory.accepts:
+                raise ValueError(f"host input {name!r} is not an input of model.memory={c.memory!r} (it takes "
+                                 f"{', '.join(memory.accepts) or 'none'}); pass it only to a model whose memory takes it")
         if positions_BT is None:
             positions_BT = jnp.broadcast_to(jnp.arange(tokens_BT.shape[1]), tokens_BT.shape)
         embed = nn.Embed(c.vocab_size, c.d_model, dtype=jnp.dtype(c.dtype), param_dtype=jnp.dtype(c.param_dtype),

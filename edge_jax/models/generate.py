@@ -9,13 +9,15 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from edge_jax.models.inputs import apply_kwargs
+
 
 def greedy_generate(apply_fn, params, prompts: list[list[int]], max_new_tokens: int, pad_id: int,
                     stop_ids: tuple[int, ...] = (), max_len: int | None = None,
                     host_fn=None) -> list[list[int]]:
     """Continue each prompt with up to ``max_new_tokens`` argmax tokens, stopping at ``stop_ids``.
 
-    ``host_fn(tokens_BL) -> dict`` adds host-computed model inputs (Engram n-gram ids) each step."""
+    ``host_fn(tokens_BL) -> dict`` gives the model's host inputs (:mod:`edge_jax.models.inputs`) each step."""
     longest = max(len(p) for p in prompts)
     L = max_len or longest + max_new_tokens
     if longest + max_new_tokens > L:
@@ -27,7 +29,7 @@ def greedy_generate(apply_fn, params, prompts: list[list[int]], max_new_tokens: 
 
     @jax.jit
     def next_tokens(params, tokens_BL, lengths_B, extra):
-        logits = apply_fn({"params": params}, tokens_BL, **extra)
+        logits = apply_fn({"params": params}, tokens_BL, **apply_kwargs(extra))
         last = jnp.take_along_axis(logits, (lengths_B - 1)[:, None, None], axis=1)[:, 0]
         return jnp.argmax(last, axis=-1).astype(jnp.int32)
 
@@ -84,7 +86,7 @@ def answer_nll(apply_fn, params, tokenizer, qa: list[dict], batch_size: int = 32
 
     @jax.jit
     def token_nll(params, tokens_BL, extra):
-        logp = jax.nn.log_softmax(apply_fn({"params": params}, tokens_BL, **extra)[:, :-1], axis=-1)
+        logp = jax.nn.log_softmax(apply_fn({"params": params}, tokens_BL, **apply_kwargs(extra))[:, :-1], axis=-1)
         return -jnp.take_along_axis(logp, tokens_BL[:, 1:, None], axis=-1)[..., 0]
 
     per_question = []

@@ -8,7 +8,8 @@ between the two trees exactly (HF import, ``init_from``, checkpoints of the othe
 that read one layer's params).
 
 Scanning needs every layer to build the same modules; :func:`scan_blocker` names what makes a
-config's layers differ (Engram or MoE in some layers only, per-layer MoE plans that differ).
+config's layers differ (a memory kind's ``scan_blocker``, e.g. a memory in some layers only; MoE in
+some layers only; per-layer MoE plans that differ).
 
 ``remat`` recomputes a block's activations in the backward pass instead of keeping them:
 :data:`REMAT_POLICIES` maps each value to the :mod:`jax.checkpoint_policies` policy of what is saved.
@@ -23,6 +24,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from edge_jax.errors import ConfigError
+from edge_jax.layers.token_memory.base import MEMORY_KINDS
 
 STACKED = "layers"  # the scanned block's name: params live under layers/... with a leading layer axis
 _LAYER = re.compile(r"layers_(\d+)")
@@ -45,8 +47,10 @@ def scan_blocker(cfg) -> str | None:
     """Why the layers of ``cfg`` (a ModelConfig or a ``config.model`` ConfigDict) differ, so the
     stack cannot be one scanned block; None when every layer builds the same modules."""
     every = set(range(cfg.n_layers))
-    if cfg.memory == "engram" and set(cfg.engram_layers) != every:
-        return f"model.engram_layers={list(cfg.engram_layers)} puts Engram in those layers only"
+    memory_blocker = MEMORY_KINDS.get(cfg.memory).scan_blocker
+    reason = memory_blocker(cfg) if memory_blocker is not None else None
+    if reason:
+        return reason
     if cfg.moe_experts > 0 and cfg.moe_layers and set(cfg.moe_layers) != every:
         return f"model.moe_layers={list(cfg.moe_layers)} makes only those layers MoE"
     moe_exec = getattr(cfg, "moe_exec", None)

@@ -215,7 +215,7 @@ def params_from(workdir: str, params, tokenizer, config, step: int = 0):
 
 
 def model_eval_batches(run, split: str, num_batches: int) -> list[dict]:
-    """The split's eval batches with the model's host inputs (Engram n-gram ids) added."""
+    """The split's eval batches with the model's host inputs (:mod:`edge_jax.models.inputs`) added."""
     return [with_host_inputs(run.model.cfg, b)
             for b in make_eval_batches(run.config.data, run.tokenizer, split, num_batches)]
 

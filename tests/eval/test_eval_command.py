@@ -47,7 +47,7 @@ def test_cli_errors_are_one_line_and_write_nothing(workdir, capsys, tmp_path):
         (["--tasks", "longctx_mc", "--num-fewshot", "1"], "longctx_mc has no split to draw few-shot"),
         (["--tasks", "facts_mc", "--num-fewshot", "-1"], "argument --num-fewshot: needs an integer >= 0, got -1"),
         (["--tasks", "code_cloze", "--no-truncate"], "is longer than the model's 128 and truncation is off"),
-        (["--tasks", "facts_mc", "--fold"], "--fold: model.memory='none' has no MeKi memory to fold"),
+        (["--tasks", "facts_mc", "--fold"], "--fold: model.memory='none' has no inference form other than the trained"),
     ]
     before = sorted(os.listdir(os.path.join(wd, "eval")))
     for args, message in cases:

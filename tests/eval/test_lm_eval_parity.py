@@ -44,7 +44,7 @@ LM_EVAL_YAML = {
     "lambada_openai": "lambada/lambada_openai.yaml", "openbookqa": "openbookqa/openbookqa.yaml",
     "piqa": "piqa/piqa.yaml", "sciq": "sciq/sciq.yaml", "winogrande": "winogrande/default.yaml",
 }
-TASK_NAMES = tuple(benchmarks.MEKI10)
+TASK_NAMES = tuple(benchmarks.TEN_BENCHMARKS)
 ENCODE_CHECKS = ["Question: What is the sun?\nAnswer:", " yes", "  two spaces", "a\n\nb \n", " café — naïve",
                  "trailing space ", "\"Don't,\" she said.", "<|endoftext|> after"]
 

@@ -132,9 +132,9 @@ def test_scorer_on_a_mesh_equals_one_device():
 
 def test_meki_folded_form_scores_like_the_training_form():
     from edge_jax.models import DecoderLM
-    from edge_jax.models.fold import fold_meki
+    from edge_jax.models.inference import inference_form
     run, params = _model("configs/meki.py:size=tiny", **{"model.d_mem": 16})
-    folded, cfg = fold_meki(params, run.model.cfg)
+    folded, cfg = inference_form(params, run.model.cfg)
     requests = _requests(3)
     train = Scorer(run.model.apply, params, run.tokenizer, 64, 4, progress=False)(requests)
     infer = Scorer(DecoderLM(cfg).apply, folded, run.tokenizer, 64, 4, progress=False)(requests)

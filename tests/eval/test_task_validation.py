@@ -66,7 +66,7 @@ def make_doc(task: str, rng: random.Random) -> dict:
     raise AssertionError(task)
 
 
-FILE_TASKS = tuple(benchmarks.MEKI10)
+FILE_TASKS = tuple(benchmarks.TEN_BENCHMARKS)
 
 
 def write_split(data_dir, task: str, split: str, records, blank_after: int = -1) -> str:

@@ -116,7 +116,7 @@ def test_hellaswag_query_rebuilds_capitalised_ctx_b():
 
 
 def test_tables_cover_the_ten_tasks():
-    assert set(TFDS_TASKS) | set(tfds_tasks.NOT_IN_TFDS) == set(edge_jax.eval.benchmarks.MEKI10)
+    assert set(TFDS_TASKS) | set(tfds_tasks.NOT_IN_TFDS) == set(edge_jax.eval.benchmarks.TEN_BENCHMARKS)
     assert set(DEVIATIONS) <= set(TFDS_TASKS)
     for name, (_, splits, _) in TFDS_TASKS.items():
         task = ZERO_SHOT_TASKS.get(name)

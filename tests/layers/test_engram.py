@@ -13,7 +13,7 @@ from edge_jax.layers.token_memory import ngram_hash
 from edge_jax.layers.token_memory.engram import Engram
 from edge_jax.layers.token_memory.ngram_hash import engram_table_sizes, ngram_hash_ids
 from edge_jax.models import DecoderLM, ModelConfig
-from edge_jax.models.inputs import example_inputs, host_inputs
+from edge_jax.models.inputs import example_inputs, host_inputs, host_shapes
 from edge_jax.train.loop import train_and_evaluate
 
 ORDERS, HEADS, SIZE = (2, 3), 3, 101
@@ -155,13 +155,15 @@ def test_decoder_with_engram_runs():
                       memory="engram", d_mem=8, engram_layers=(1,), engram_table_size=53)
     model = DecoderLM(cfg)
     ex = example_inputs(cfg, 2, 8)
-    assert ex["ngram_ids"].shape == (2, 8, 8) and ex["ngram_ids"].dtype == np.int32
+    ids = ex["host_inputs"]["ngram_ids"]
+    assert ids.shape == (2, 8, 8) and ids.dtype == np.int32
+    assert host_shapes(cfg, 2, 8) == {"ngram_ids": ((2, 8, 8), np.int32)}  # declared, not computed
     variables = jax.jit(model.init)(jax.random.key(0), **ex)
     assert "engram" in variables["params"]["layers_1"] and "engram" not in variables["params"]["layers_0"]
     assert variables["params"]["layers_1"]["engram"]["table"].names == ("ngram", "mem")
     params = perturbed(variables, 1)
     tokens = np.random.default_rng(0).integers(0, 64, (2, 10))
-    logits = jax.jit(model.apply)({"params": params}, tokens, **host_inputs(cfg, tokens))
+    logits = jax.jit(model.apply)({"params": params}, tokens, host_inputs=host_inputs(cfg, tokens))
     assert logits.shape == (2, 10, 64) and bool(jnp.all(jnp.isfinite(logits)))
     with pytest.raises(ValueError, match="needs ngram_ids"):
         model.apply({"params": params}, tokens)

@@ -9,9 +9,9 @@ import pytest
 from helpers import perturbed
 
 from edge_jax.layers.norms import rms_normalize
-from edge_jax.layers.token_memory.meki import FUSIONS, POSITIONS, PROJECTIONS, MeKi
+from edge_jax.layers.token_memory.meki import FUSIONS, POSITIONS, PROJECTIONS, FoldError, MeKi, fold_meki, fold_table
 from edge_jax.models import DecoderLM, ModelConfig
-from edge_jax.models.fold import FoldError, fold_meki, fold_table
+from edge_jax.models.inference import InferenceFormError, inference_config, inference_form
 
 MEMORIES = [(True, True), (True, False), (False, True)]  # (static, dynamic): Table 3 rows
 
@@ -102,6 +102,20 @@ def test_folding_twice_or_non_meki_is_refused():
         fold_meki(folded, folded_cfg)
     with pytest.raises(FoldError, match="no MeKi memory"):
         fold_meki(params, _cfg(memory="none"))
+    with pytest.raises(InferenceFormError, match="already folded"):  # the generic entry raises the same
+        inference_form(folded, cfg)
+
+
+def test_meki_registers_its_fold_as_the_inference_form():
+    """edge_jax.models.inference reaches the fold through MeKi's MemoryKind; other kinds are their own form."""
+    cfg = _cfg()
+    params = _random_params(DecoderLM(cfg))
+    folded, folded_cfg = inference_form(params, cfg)
+    want, want_cfg = fold_meki(params, cfg)
+    jax.tree_util.tree_map(np.testing.assert_array_equal, folded, want)
+    assert folded_cfg == want_cfg == inference_config(cfg) and folded_cfg.meki_folded
+    dense = _cfg(memory="none")
+    assert inference_form(params, dense) == (params, dense) and inference_config(dense) is dense
 
 
 def test_branch_follows_the_equations():
@@ -143,10 +157,12 @@ def test_host_rows_match_table_lookup():
     tokens = _tokens(cfg)
     rows = jnp.stack([folded[f"layers_{i}"]["meki"]["table"][tokens] for i in range(cfg.n_layers)], axis=2)
     a = DecoderLM(fcfg).apply({"params": folded}, tokens)
-    b = DecoderLM(fcfg).apply({"params": folded}, tokens, meki_rows=rows)
+    b = DecoderLM(fcfg).apply({"params": folded}, tokens, host_inputs={"meki_rows": rows})
     np.testing.assert_allclose(a, b, atol=1e-6)
     with pytest.raises(ValueError, match="folded MeKi"):
-        DecoderLM(cfg).apply({"params": _random_params(DecoderLM(cfg))}, tokens, meki_rows=rows)
+        DecoderLM(cfg).apply({"params": _random_params(DecoderLM(cfg))}, tokens, host_inputs={"meki_rows": rows})
+    with pytest.raises(ValueError, match="host input 'ngram_ids' is not an input of model.memory='meki'"):
+        DecoderLM(fcfg).apply({"params": folded}, tokens, host_inputs={"ngram_ids": rows})
 
 
 def test_a_new_fusion_is_one_function_and_one_registration():

@@ -18,9 +18,10 @@ from conftest import tiny_overrides
 
 from edge_jax.config import ConfigError, load_config
 from edge_jax.interop.qwen3 import params_from_hf_state_dict
+from edge_jax.layers.token_memory.meki import FoldError, fold_meki
 from edge_jax.models import DecoderLM, ModelConfig
-from edge_jax.models.fold import fold_meki
-from edge_jax.models.inputs import host_inputs
+from edge_jax.models.inference import inference_form
+from edge_jax.models.inputs import apply_kwargs, host_inputs
 from edge_jax.models.scan import REMAT_POLICIES, like_layout, stack_layers, unstack_layers
 from edge_jax.train.init_from import merge_params
 from edge_jax.train.optim import _matrices_only
@@ -51,7 +52,7 @@ def _tokens(batch=2, seq=16):
 
 
 def _init(cfg: ModelConfig, tokens):
-    return nn.unbox(DecoderLM(cfg).init(jax.random.key(1), tokens, **host_inputs(cfg, tokens)))["params"]
+    return nn.unbox(DecoderLM(cfg).init(jax.random.key(1), tokens, **apply_kwargs(host_inputs(cfg, tokens))))["params"]
 
 
 def _rel(a, b) -> float:
@@ -87,7 +88,7 @@ def test_stack_unstack_round_trip_is_exact():
 def test_scanned_forward_matches_unrolled(name):
     cfg = _cfg(name)
     tokens = _tokens()
-    extra = host_inputs(cfg, tokens)
+    extra = apply_kwargs(host_inputs(cfg, tokens))
     params = _init(cfg, tokens)
     scanned_cfg = dataclasses.replace(cfg, scan_layers=True)
     scanned_init = _init(scanned_cfg, tokens)
@@ -119,11 +120,14 @@ def test_folded_meki_with_host_rows_matches_unrolled():
     tokens = _tokens()
     params = _init(cfg, tokens)
     folded, folded_cfg = fold_meki(params, cfg)
-    folded_s, folded_cfg_s = fold_meki(stack_layers(params), dataclasses.replace(cfg, scan_layers=True))
+    scanned_cfg = dataclasses.replace(cfg, scan_layers=True)
+    folded_s, folded_cfg_s = inference_form(stack_layers(params), scanned_cfg)
     assert folded_cfg_s.scan_layers and folded_cfg_s.meki_folded
+    with pytest.raises(FoldError, match="models.inference.inference_form"):
+        fold_meki(stack_layers(params), scanned_cfg)
     rows = jnp.stack([folded[f"layers_{i}"]["meki"]["table"][tokens] for i in range(cfg.n_layers)], axis=2)
-    want = DecoderLM(folded_cfg).apply({"params": folded}, tokens, meki_rows=rows)
-    got = DecoderLM(folded_cfg_s).apply({"params": folded_s}, tokens, meki_rows=rows)
+    want = DecoderLM(folded_cfg).apply({"params": folded}, tokens, host_inputs={"meki_rows": rows})
+    got = DecoderLM(folded_cfg_s).apply({"params": folded_s}, tokens, host_inputs={"meki_rows": rows})
     assert _rel(got, want) < TOL["float32"]
 
 

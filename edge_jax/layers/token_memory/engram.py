@@ -35,6 +35,12 @@ ROM: each Engram layer stores ``sum(sizes) * d_head`` values; with ``d_head = d_
 :func:`edge_jax.layers.token_memory.ngram_hash.matched_table_size` picks the ``table_size`` whose total ROM matches
 MeKi's / PLE's ``n_layers * vocab_size * d_mem`` (Table 2 compares them at similar ROM).
 
+Params: ``layers_i/engram/{table, key, value, query_norm, key_norm, conv, conv_norm}`` at
+``engram_layers``. The ids are the memory kind's host input ``ngram_ids`` [B, T, N]
+(:func:`edge_jax.models.inputs.host_inputs`); the layers differ unless every layer has the branch
+(no ``model.scan_layers``), and the KV-cache decoder cannot run the model (the ids and the convolution
+look back past the current token).
+
 Causal: ``out_t`` depends on ``h_t`` and on the ids at positions ``<= t`` only (the ids themselves
 read tokens ``<= t``).
 """
@@ -44,12 +50,13 @@ import dataclasses
 
 import flax.linen as nn
 import jax.numpy as jnp
+import numpy as np
 
 from edge_jax.errors import ConfigError
 from edge_jax.layers.ffn import dense
 from edge_jax.layers.norms import RMSNorm
 from edge_jax.layers.token_memory.base import MEMORY_KINDS, MemoryKind
-from edge_jax.layers.token_memory.ngram_hash import engram_table_sizes
+from edge_jax.layers.token_memory.ngram_hash import engram_table_sizes, ngram_hash_ids
 from edge_jax.registry import SECTIONS, Section
 from edge_jax.sharding import take_rows
 
@@ -133,6 +140,27 @@ def _validate(c) -> None:
                           "model.engram_table_size >= 2")
 
 
+def _host_inputs(cfg, tokens_BT) -> dict:
+    """The n-gram ids, hashed on the host in int64 (which JAX, int32 by default, should not do)."""
+    return {"ngram_ids": ngram_hash_ids(np.asarray(tokens_BT), cfg.engram_orders, cfg.engram_heads,
+                                        cfg.engram_table_size)}
+
+
+def _host_shapes(cfg, batch: int, seq: int) -> dict:
+    return {"ngram_ids": ((batch, seq, len(cfg.engram_orders) * cfg.engram_heads), np.int32)}
+
+
+def _scan_blocker(cfg) -> str | None:
+    if set(cfg.engram_layers) != set(range(cfg.n_layers)):
+        return f"model.engram_layers={list(cfg.engram_layers)} puts Engram in those layers only"
+    return None
+
+
+def _decode_blocker(cfg) -> str:
+    return ("memory=engram's n-gram ids and short convolution look back past the current token, which "
+            "the KV cache does not hold")
+
+
 def _prepare(cfg, ctx: dict) -> None:
     if ctx.get("ngram_ids") is None:
         raise ValueError("memory=engram needs ngram_ids; build them with edge_jax.models.inputs.host_inputs")
@@ -150,4 +178,6 @@ def _branch(cfg, layer: int):
 
 
 SECTIONS.register("engram", Section("model", EngramKeys, _validate))
-MEMORY_KINDS.register("engram", MemoryKind(_branch, prepare=_prepare, accepts=("ngram_ids",)))
+MEMORY_KINDS.register("engram", MemoryKind(_branch, prepare=_prepare, accepts=("ngram_ids",),
+                                           host_inputs=_host_inputs, host_shapes=_host_shapes,
+                                           scan_blocker=_scan_blocker, decode_blocker=_decode_blocker))

@@ -11,14 +11,22 @@ branch shares with the FFN, i.e. the pre-FFN normed state for ``parallel_ffn``):
     v         = e + g  (or e * g)                       (5)  fusion: add|mul x sigmoid|silu (Fig. 5)
     y         = RMSNorm(W_out v)                        (6)  W_out: d_mem -> d_model, no biases
 
-Inference form (eqs. 9-14): everything in ``e`` depends on the token id only, so
-:func:`edge_jax.models.fold.fold_meki` evaluates :class:`MeKiExpert` on the whole vocabulary
-once and stores ``M~ = alpha * RMSNorm(M + beta * G(E))`` as ``table``. The folded branch
-does a lookup ``M~[x_t]`` (or takes rows gathered on the host) and the two d_mem x d_model
+Inference form (eqs. 9-14): everything in ``e`` depends on the token id only, so :func:`fold_meki`
+(registered as this memory kind's inference form; generic code reaches it through
+:mod:`edge_jax.models.inference`, which also folds a scanned stack layer by layer) evaluates
+:class:`MeKiExpert` on the whole vocabulary once and stores ``M~ = alpha * RMSNorm(M + beta * G(E))``
+as ``table``. The fold is pure: it returns a new tree sharing the unchanged leaves, so training can go
+on from the original parameters (the MeKi authors fold in place, which makes training after an
+evaluation count the dynamic term twice). The folded branch does a lookup ``M~[x_t]`` (or takes rows gathered on the host) and the two d_mem x d_model
 matmuls. Both forms use the same :func:`fuse_and_project`, so they cannot drift apart.
 
 The RMSNorm inside ``e`` keeps its per-feature scale, like every RMSNorm in the model
 (Megatron's RMSNorm, which the paper's code base uses, has one); it folds into the table.
+
+Params: ``layers_i/meki/expert/{memory, proj_*, alpha, beta, norm}``, ``layers_i/meki/{gate, out, out_norm}``
+(folded: ``layers_i/meki/{table, gate, out, out_norm}``), with its own pre-norm ``layers_i/meki_norm`` when
+it sits after attention or after the FFN. A folded model also accepts the host input ``meki_rows``
+[B, T, L, d_mem], its table rows gathered outside the model (e.g. from host memory).
 
 Variant axes are registries: :data:`FUSIONS` (eq. 5), :data:`PROJECTIONS` (G, §5.6) and
 :data:`POSITIONS` (where the branch joins the block, Table 4); a new one is one function and one
@@ -27,14 +35,17 @@ registration. The keys are declared once in :class:`MeKiKeys`.
 from __future__ import annotations
 
 import dataclasses
+from functools import partial
+from typing import Mapping
 
 import flax.linen as nn
+import jax
 import jax.numpy as jnp
 
 from edge_jax.errors import ConfigError
 from edge_jax.layers.ffn import dense
 from edge_jax.layers.norms import RMSNorm
-from edge_jax.layers.token_memory.base import MEMORY_KINDS, MemoryKind, Placement
+from edge_jax.layers.token_memory.base import MEMORY_KINDS, InferenceFormError, MemoryKind, Placement
 from edge_jax.registry import SECTIONS, Registry, Section
 from edge_jax.sharding import take_rows
 
@@ -155,7 +166,7 @@ class MeKiKeys:
     meki_projection: str = "swiglu"  # PROJECTIONS
     meki_fusion: str = "add_sigmoid"  # FUSIONS
     meki_position: str = "parallel_ffn"  # POSITIONS
-    meki_folded: bool = False  # the inference form (a table per layer; edge_jax.models.fold)
+    meki_folded: bool = False  # the inference form (a table per layer; fold_meki)
 
 
 def _validate(c) -> None:
@@ -190,6 +201,63 @@ def _prepare(cfg, ctx: dict) -> None:
         raise ValueError("meki_rows only apply to a folded MeKi model; fold it with fold_meki first")
 
 
+FOLD_CHUNK = 16_384  # vocabulary rows per evaluation of G (bounds memory at paper vocabularies)
+
+
+class FoldError(InferenceFormError):
+    """The tree cannot be folded (not MeKi, already folded, or a scanned stack)."""
+
+
+def expert_module(cfg) -> MeKiExpert:
+    return MeKiExpert(cfg.vocab_size, cfg.d_mem, cfg.meki_static, cfg.meki_dynamic, cfg.meki_projection,
+                      cfg.norm_eps, cfg.init_std, cfg.dtype, cfg.param_dtype)
+
+
+@partial(jax.jit, static_argnums=0)
+def _expert_rows(module: MeKiExpert, p, ids_N, emb_ND):
+    return module.apply({"params": p}, ids_N[None], emb_ND[None])[0]
+
+
+def fold_table(cfg, expert_params, embedding_VD):
+    """``M~`` [V, d_mem] for one layer, computed in chunks of the vocabulary (compiled once per shape)."""
+    module = expert_module(cfg)
+    V = embedding_VD.shape[0]
+    parts = [_expert_rows(module, expert_params, jnp.arange(s, min(s + FOLD_CHUNK, V)),
+                          embedding_VD[s:s + FOLD_CHUNK])
+             for s in range(0, V, FOLD_CHUNK)]
+    return jnp.concatenate(parts, axis=0).astype(jnp.dtype(cfg.param_dtype))
+
+
+def fold_meki(params: Mapping, cfg) -> tuple[dict, object]:
+    """``(inference_params, inference_cfg)`` for a training-form MeKi model with per-layer params
+    (``layers_i/...``); ``params`` is unchanged. Scanned stacks go through
+    :func:`edge_jax.models.inference.inference_form`."""
+    if cfg.memory != "meki":
+        raise FoldError(f"model.memory={cfg.memory!r} has no MeKi memory to fold; fold a MeKi model")
+    if cfg.scan_layers:
+        raise FoldError("fold_meki folds per-layer params; fold a scanned model (model.scan_layers) with "
+                        "edge_jax.models.inference.inference_form")
+    if cfg.meki_folded or any("table" in params[f"layers_{i}"]["meki"] for i in range(cfg.n_layers)):
+        raise FoldError("these MeKi parameters are already folded (they hold meki/table); "
+                        "fold the training-form parameters instead")
+    params = nn.unbox(params)  # boxed (freshly initialised) trees fold too
+    embedding = params["embed"]["embedding"]
+    out = dict(params)
+    for i in range(cfg.n_layers):
+        name = f"layers_{i}"
+        meki = dict(params[name]["meki"])
+        expert = meki.pop("expert")
+        meki["table"] = fold_table(cfg, expert, embedding)
+        out[name] = {**params[name], "meki": meki}
+    return out, folded_config(cfg)
+
+
+def folded_config(cfg):
+    """The inference-form config of a MeKi model: the same with ``meki_folded=True``."""
+    return dataclasses.replace(cfg, meki_folded=True)
+
+
 SECTIONS.register("meki", Section("model", MeKiKeys, _validate))
 MEMORY_KINDS.register("meki", MemoryKind(_branch, prepare=_prepare, accepts=("meki_rows",),
-                                         per_layer=("meki_rows",)))
+                                         per_layer=("meki_rows",), inference_form=fold_meki,
+                                         inference_config=folded_config))

@@ -23,6 +23,8 @@ result to the residual; Gemma 3n adds it to the AltUp streams, which this model 
 no biases, learned RMSNorm scale (Gemma 3n's ``post_per_layer_input_norm``), ``h`` un-normalised as
 in Gemma 3n. At inference only ``T`` is read from ROM (one row of ``L*P`` values per token); the
 rest (``W_ctx``, the gates and projections) lives in RAM.
+
+Params: ``ple_inputs/{table, ctx_proj, ctx_norm}`` (model level), ``layers_i/ple/{gate, proj, out_norm}``.
 """
 from __future__ import annotations
 

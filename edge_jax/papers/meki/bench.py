@@ -5,10 +5,10 @@ MeKi Table 1 (speed column): after folding, MeKi decodes at the dense baseline's
 interleaved in one run (:func:`edge_jax.utils.timing.time_interleaved`):
 
 * ``baseline``: the dense model, whose weights are the MeKi model's base weights;
-* ``folded``: MeKi after :func:`edge_jax.models.fold.fold_meki`, its tables [V, L, d_mem] in host
-  memory (:func:`edge_jax.infer.decode.host_tables`); each step gathers the next token's rows on the
-  host (numpy) and the jitted step copies them to the device, inside the timed step. The report also
-  gives what one ``jax.device_put`` of those rows costs (Python overhead a decode loop avoids);
+* ``folded``: MeKi after its fold (:func:`edge_jax.models.inference.inference_form`), its tables
+  [V, L, d_mem] in host memory (:func:`edge_jax.papers.meki.host_tables.host_tables`); each step
+  gathers the next token's rows on the host (numpy) and the jitted step copies them to the device,
+  inside the timed step. The report also gives what one ``jax.device_put`` of those rows costs (Python overhead a decode loop avoids);
 * ``train_form``: MeKi as trained (memory + SwiGLU projection evaluated every step, on the device).
 
 A round decodes ``new_tokens`` tokens from a copy of the prefilled cache (prefill is not timed); every
@@ -26,10 +26,12 @@ import numpy as np
 
 from edge_jax.bench import Benchmark
 from edge_jax.config import ConfigError
-from edge_jax.infer.decode import decode_tokens, host_tables, init_cache, prefill
+from edge_jax.infer.decode import decode_tokens, init_cache, prefill
 from edge_jax.models.decoder import DecoderLM, ModelConfig
-from edge_jax.models.fold import fold_meki
-from edge_jax.models.presets import MEKI_PAPER, MODEL_SIZES
+from edge_jax.models.inference import inference_form
+from edge_jax.models.presets import MODEL_SIZES
+from edge_jax.papers.meki.host_tables import host_tables
+from edge_jax.papers.meki.params import MEKI_PAPER
 from edge_jax.registry import BENCHMARKS
 from edge_jax.utils.args import count
 from edge_jax.utils.timing import time_interleaved
@@ -61,14 +63,14 @@ def bench_config(args) -> tuple[ModelConfig, int]:
 
 
 def build_variants(base: ModelConfig, d_mem: int, seed: int = 0) -> tuple[dict, dict]:
-    """``{name: (model, params, meki_rows_fn)}`` sharing one set of base weights, plus host-table facts."""
+    """``{name: (model, params, host_fn)}`` sharing one set of base weights, plus host-table facts."""
     meki_cfg = dataclasses.replace(base, memory="meki", d_mem=d_mem)
     meki_model = DecoderLM(meki_cfg)
     tokens_BT = jnp.zeros((1, 8), jnp.int32)
     meki_params = nn.unbox(jax.jit(meki_model.init)(jax.random.key(seed), tokens_BT))["params"]
     dense_params = {k: ({n: p for n, p in v.items() if n not in ("meki", "meki_norm")} if k.startswith("layers_")
                         else v) for k, v in meki_params.items()}
-    folded_params, folded_cfg = fold_meki(meki_params, meki_cfg)
+    folded_params, folded_cfg = inference_form(meki_params, meki_cfg)
     host = host_tables(folded_params, folded_cfg)
     del folded_params
     table = host.table_VLM
@@ -77,7 +79,7 @@ def build_variants(base: ModelConfig, d_mem: int, seed: int = 0) -> tuple[dict, 
             "memory_kind": getattr(getattr(table, "sharding", None), "memory_kind", None) or "numpy",
             "host": host}
     variants = {"baseline": (DecoderLM(base), dense_params, None),
-                "folded": (DecoderLM(folded_cfg), host.params, host.rows),
+                "folded": (DecoderLM(folded_cfg), host.params, host.host_fn),
                 "train_form": (meki_model, meki_params, None)}
     return variants, info
 
@@ -105,15 +107,15 @@ def measure(base: ModelConfig, d_mem: int, batch: int = 1, prompt: int = 64, new
     variants, info = build_variants(base, d_mem, seed)
     prompt_BT = np.random.default_rng(seed).integers(0, base.vocab_size, (batch, prompt), dtype=np.int32)
     fns, device_params = {}, {}
-    for name, (model, params, rows_fn) in variants.items():
+    for name, (model, params, host_fn) in variants.items():
         cache = init_cache(model, batch, prompt + new_tokens)
-        extra = {} if rows_fn is None else {"meki_rows": rows_fn(prompt_BT)}
-        logits_BV, cache = prefill(model, params, cache, jnp.asarray(prompt_BT), **extra)
+        host_inputs = None if host_fn is None else host_fn(prompt_BT)
+        logits_BV, cache = prefill(model, params, cache, jnp.asarray(prompt_BT), host_inputs)
         first_B1 = jnp.argmax(logits_BV, axis=-1).astype(jnp.int32)[:, None]
         device_params[name] = _param_count(params)
 
-        def run_round(model=model, params=params, cache=cache, first_B1=first_B1, rows_fn=rows_fn):
-            _, out = decode_tokens(model, params, _copy(cache), first_B1, new_tokens, rows_fn)
+        def run_round(model=model, params=params, cache=cache, first_B1=first_B1, host_fn=host_fn):
+            _, out = decode_tokens(model, params, _copy(cache), first_B1, new_tokens, host_fn)
             return jax.tree_util.tree_leaves(out)
 
         fns[name] = run_round

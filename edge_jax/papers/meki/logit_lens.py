@@ -36,7 +36,8 @@ def early_exit_logits(cfg, params, h_BTD, w_DV):
 
 def make_layer_kl_fn(model):
     """jitted ``fn(params, tokens_BT, mask_BT, extra) -> (kl_sum [L], reverse_kl_sum [L], count)``;
-    mask-weighted sums of KL(early || final) and KL(final || early)."""
+    mask-weighted sums of KL(early || final) and KL(final || early). ``extra``: keyword arguments for
+    ``model.apply`` (the host inputs, :func:`edge_jax.models.inputs.model_kwargs`)."""
 
     def fn(params, tokens_BT, mask_BT, extra):
         params = nn.unbox(params)
@@ -76,7 +77,7 @@ def _keep_first(mask_BT: np.ndarray, n: float) -> np.ndarray:
 def logit_lens_workdir(workdir: str, num_tokens: int = 10_000) -> dict:
     """Per-layer KL over the first ``num_tokens`` validation tokens of the latest checkpoint."""
     from edge_jax.data import make_eval_batches
-    from edge_jax.models.inputs import model_kwargs, with_host_inputs
+    from edge_jax.models.inputs import host_inputs, model_kwargs
     from edge_jax.sharding import batch_sharding, process_rows, to_global
     from edge_jax.train.evaluate import restore_latest
 
@@ -88,8 +89,8 @@ def logit_lens_workdir(workdir: str, num_tokens: int = 10_000) -> dict:
     for batch in make_eval_batches(data, run.tokenizer, "validation", n_batches):
         if count >= num_tokens:
             break
-        batch = with_host_inputs(run.model.cfg, {**batch, "mask": _keep_first(batch["mask"], num_tokens - count)})
-        rows = {"inputs": batch["inputs"], "mask": batch["mask"], **model_kwargs(batch)}
+        rows = {"inputs": batch["inputs"], "mask": _keep_first(batch["mask"], num_tokens - count),
+                **host_inputs(run.model.cfg, batch["inputs"])}
         g = to_global(process_rows(rows, sharding), sharding)
         s, r, c = fn(state.params, g["inputs"], g["mask"], model_kwargs(g))
         sums, reverse, count = sums + np.asarray(s, np.float64), reverse + np.asarray(r, np.float64), count + float(c)

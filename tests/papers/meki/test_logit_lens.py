@@ -8,7 +8,7 @@ import pytest
 
 from edge_jax.cli import main
 from edge_jax.models.decoder import DecoderLM, ModelConfig
-from edge_jax.models.inputs import example_inputs, host_inputs
+from edge_jax.models.inputs import apply_kwargs, example_inputs, host_inputs
 from edge_jax.papers.meki.logit_lens import layer_kl
 
 TINY = dict(vocab_size=64, d_model=32, n_layers=3, n_heads=2, n_kv_heads=1, head_dim=16, d_ff=64)
@@ -26,7 +26,7 @@ def init(**extra):
         lambda s: (rng.normal(0, 0.3, s.shape) if len(s.shape) >= 2 else 1 + rng.normal(0, 0.1, s.shape))
         .astype(s.dtype), shapes)
     tokens_BT = rng.integers(0, cfg.vocab_size, (2, 8)).astype(np.int32)
-    return model, params, tokens_BT, host_inputs(cfg, tokens_BT)
+    return model, params, tokens_BT, apply_kwargs(host_inputs(cfg, tokens_BT))
 
 
 def naive_layer_kl(model, params, tokens_BT, extra, mask_BT, reverse=False):
