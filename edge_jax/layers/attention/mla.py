@@ -1,7 +1,7 @@
 """Multi-head latent attention (PLM Appendix D, eqs. 8-17; DeepSeek-V2's MLA).
 
 Per token t and head i, with d_c = ``kv_lora_rank``, K = ``head_dim`` (d_nope, also the value
-width) and R = ``d_rope``::
+width), R = ``d_rope`` and I = K + R (the width of a whole query or key head)::
 
     c_t     = RMSNorm(W_DKV h_t)                       [d_c]      (8)  the cached latent
     k_t^C,i = W_UK,i c_t,   v_t^C,i = W_UV,i c_t       [K]        (9, 15)
@@ -87,9 +87,9 @@ def expanded_attention(q_nope_BTHK, q_rope_BTHR, latent_BSC, k_rope_BSR, w_uk_CH
     k_nope_BSHK = jnp.einsum("bsc,chk->bshk", latent_BSC, w_uk_CHK)
     v_BSHK = jnp.einsum("bsc,chk->bshk", latent_BSC, w_uv_CHK)
     k_rope_BSHR = jnp.broadcast_to(k_rope_BSR[:, :, None], k_rope_BSR.shape[:2] + (H, k_rope_BSR.shape[-1]))
-    q_BTHD = jnp.concatenate([q_nope_BTHK, q_rope_BTHR], axis=-1)
-    k_BSHD = jnp.concatenate([k_nope_BSHK, k_rope_BSHR.astype(k_nope_BSHK.dtype)], axis=-1)
-    return dot_product_attention(q_BTHD, k_BSHD, v_BSHK, mask_BTS, return_probs=return_probs)
+    q_BTHI = jnp.concatenate([q_nope_BTHK, q_rope_BTHR], axis=-1)
+    k_BSHI = jnp.concatenate([k_nope_BSHK, k_rope_BSHR.astype(k_nope_BSHK.dtype)], axis=-1)
+    return dot_product_attention(q_BTHI, k_BSHI, v_BSHK, mask_BTS, return_probs=return_probs)
 
 
 def mla_attention_reference(q_nope_BTHK, q_rope_BTHR, latent_BSC, k_rope_BSR, w_uk_CHK, w_uv_CHK, mask_BTS):
@@ -142,9 +142,9 @@ class MLAttention(nn.Module):
         def dense(features, axes, name, in_axes=-1):
             return dense_general(features, axes, name, self.init_std, dt, pdt, in_axes)
 
-        q_BTHD = self._query(x_BTD, dense)
-        q_nope_BTHK = q_BTHD[..., :K]
-        q_rope_BTHR = apply_rope(q_BTHD[..., K:], positions_BT, self.rope_theta)
+        q_BTHI = self._query(x_BTD, dense)
+        q_nope_BTHK = q_BTHI[..., :K]
+        q_rope_BTHR = apply_rope(q_BTHI[..., K:], positions_BT, self.rope_theta)
         latent_BTC = RMSNorm(self.norm_eps, "kv_lora", self.param_dtype, name="kv_norm")(
             dense(C, ("embed", "kv_lora"), "kv_down")(x_BTD))
         k_rope_BTR = dense(R, ("embed", "head_dim"), "k_rope_proj")(x_BTD)  # before RoPE

@@ -1,27 +1,27 @@
 """Grouped capacity expert FFN (NPUMoE §4.2), kernel name ``expert_ffn``.
 
-A static group runs ``G`` SwiGLU experts at once, each on its own zero-padded capacity slice:
-``y[g] = (silu(x[g] @ gate[g]) * (x[g] @ up[g])) @ down[g]`` with ``x_GCD`` [G, C, D]. Expert
+A static group runs ``X`` SwiGLU experts at once, each on its own zero-padded capacity slice:
+``y[g] = (silu(x[g] @ gate[g]) * (x[g] @ up[g])) @ down[g]`` with ``x_XZD`` [X, Z, D]. Expert
 ``g``'s kept token copies fill rows ``0..count[g]-1`` of its slice (``execute.pack`` ranks them);
 the rest is padding, ~35% of the rows in the paper's workloads.
 
-:func:`expert_ffn` (Pallas TPU): grid ``(G, C / block_c, F / block_f)``, the F axis the sequential
+:func:`expert_ffn` (Pallas TPU): grid ``(X, Z / block_c, F / block_f)``, the F axis the sequential
 reduction. One step holds a ``[block_c, D]`` row tile and the ``[D, block_f]`` gate and up tiles
-and the ``[block_f, D]`` down tile of one expert; both up-projections run over the full D (one K
+and the ``[block_f, D]`` down tile of one expert; both up-projections run over the full D (one reduction
 loop), ``silu(a) * b`` stays float32 in registers, and ``h @ down`` accumulates into a float32
-``[block_c, D]`` VMEM scratch written out at the last F step. ``count_G`` is scalar-prefetched:
+``[block_c, D]`` VMEM scratch written out at the last F step. ``count_X`` is scalar-prefetched:
 
 - a row tile with no valid row (``c * block_c >= count[g]``) skips the matmuls and writes zeros,
   and its index maps point at the blocks the previous step already holds, so the pipeline fetches
   neither its rows nor (for an empty expert) the expert's weights;
 - inside a live tile the rows run in sub-blocks of ``block_r``; a sub-block past ``count[g]`` is
-  skipped, so with the default ``block_c = C`` the weights stream once per expert and the MXU
+  skipped, so with the default ``block_c = Z`` the weights stream once per expert and the MXU
   still does not compute whole padding sub-blocks; rows ``>= count[g]`` come out zero.
 
-Block sizes that do not divide ``C`` (or ``F``) are lowered to the largest divisor that keeps the
+Block sizes that do not divide ``Z`` (or ``F``) are lowered to the largest divisor that keeps the
 TPU tiling (a multiple of 8 rows for 4-byte dtypes, 16 for 2-byte, and of 128 columns), or the full
 dimension if there is none: no padded copy of the weights is ever made. The defaults are the same
-on every backend: ``block_c = C`` up to 512 rows, ``block_f`` 512, ``block_r`` 128 (one v5e MXU
+on every backend: ``block_c = Z`` up to 512 rows, ``block_f`` 512, ``block_r`` 128 (one v5e MXU
 pass); the interpreter on CPU wants few grid steps, which large blocks also give.
 
 Training: a ``jax.custom_vjp`` whose backward is the VJP of :func:`expert_ffn_reference`
@@ -30,7 +30,7 @@ Training: a ``jax.custom_vjp`` whose backward is the VJP of :func:`expert_ffn_re
 :func:`grouped_swiglu` is the switch ``execute.capacity_moe`` calls: the kernel under
 ``model.kernels`` pallas (or auto on TPU and GPU), else :func:`swiglu`, the XLA path. On a GPU the
 kernel is the Triton variant, :mod:`edge_jax.layers.kernels.expert_ffn_gpu` (two calls: gate and up
-fused in one K loop with SiLU·up in registers, then the down projection).
+fused in one reduction loop with SiLU·up in registers, then the down projection).
 """
 from __future__ import annotations
 
@@ -49,17 +49,17 @@ NAME = "expert_ffn"
 VMEM_LIMIT = 64 * 2**20  # above the scoped default (16-32 MiB); PhiMoE blocks need ~40 MiB
 
 
-def swiglu(x_GCD, gate_GDF, up_GDF, down_GFD):
-    """``G`` experts at once, each on its own ``[C, d]`` slice (the XLA path)."""
-    h_GCF = jax.nn.silu(jnp.einsum("gcd,gdf->gcf", x_GCD, gate_GDF)) * jnp.einsum("gcd,gdf->gcf", x_GCD, up_GDF)
-    return jnp.einsum("gcf,gfd->gcd", h_GCF, down_GFD)
+def swiglu(x_XZD, gate_XDF, up_XDF, down_XFD):
+    """``X`` experts at once, each on its own ``[Z, d]`` slice (the XLA path)."""
+    h_XZF = jax.nn.silu(jnp.einsum("xzd,xdf->xzf", x_XZD, gate_XDF)) * jnp.einsum("xzd,xdf->xzf", x_XZD, up_XDF)
+    return jnp.einsum("xzf,xfd->xzd", h_XZF, down_XFD)
 
 
-def expert_ffn_reference(x_GCD, gate_GDF, up_GDF, down_GFD, count_G, *, block_c=None, block_f=None, block_r=None,
+def expert_ffn_reference(x_XZD, gate_XDF, up_XDF, down_XFD, count_X, *, block_c=None, block_f=None, block_r=None,
                          interpret=None):
     """:func:`swiglu` with the rows ``>= count[g]`` of each expert zeroed (block sizes ignored)."""
-    valid_GC1 = jnp.arange(x_GCD.shape[1])[None, :, None] < count_G[:, None, None]
-    return jnp.where(valid_GC1, swiglu(x_GCD, gate_GDF, up_GDF, down_GFD), 0).astype(x_GCD.dtype)
+    valid_XZ1 = jnp.arange(x_XZD.shape[1])[None, :, None] < count_X[:, None, None]
+    return jnp.where(valid_XZ1, swiglu(x_XZD, gate_XDF, up_XDF, down_XFD), 0).astype(x_XZD.dtype)
 
 
 def _divisor(size: int, block: int, align: int) -> int:
@@ -70,12 +70,12 @@ def _divisor(size: int, block: int, align: int) -> int:
     return next((b for b in range(block - block % align, 0, -align) if size % b == 0), size)
 
 
-def block_sizes(C: int, F: int, dtype, block_c: int | None = None, block_f: int | None = None,
+def block_sizes(Z: int, F: int, dtype, block_c: int | None = None, block_f: int | None = None,
                 block_r: int | None = None) -> tuple[int, int, int]:
-    """``(block_c, block_f, block_r)`` the kernel runs with for ``C`` rows, width ``F`` and the
+    """``(block_c, block_f, block_r)`` the kernel runs with for ``Z`` rows, width ``F`` and the
     activations' ``dtype`` (module docstring: defaults and the divisor rule)."""
     rows = 8 * max(1, 4 // jnp.dtype(dtype).itemsize)  # sublane tile: 8 rows of 32 bits
-    bc = _divisor(C, block_c or 512, rows)
+    bc = _divisor(Z, block_c or 512, rows)
     return bc, _divisor(F, block_f or 512, 128), _divisor(bc, block_r or 128, rows)
 
 
@@ -107,16 +107,16 @@ def _kernel(count_ref, src_ref, srcc_ref, x_ref, g_ref, u_ref, d_ref, o_ref, acc
         o_ref[0] = acc_ref[...].astype(o_ref.dtype)
 
 
-def _pallas(x_GCD, gate_GDF, up_GDF, down_GFD, count_G, block_c, block_f, block_r, interpret):
-    G, C, D = x_GCD.shape
-    F = gate_GDF.shape[-1]
-    bc, bf, br = block_sizes(C, F, x_GCD.dtype, block_c, block_f, block_r)
+def _pallas(x_XZD, gate_XDF, up_XDF, down_XFD, count_X, block_c, block_f, block_r, interpret):
+    X, Z, D = x_XZD.shape
+    F = gate_XDF.shape[-1]
+    bc, bf, br = block_sizes(Z, F, x_XZD.dtype, block_c, block_f, block_r)
     nf = F // bf
-    count_G = jnp.clip(count_G.astype(jnp.int32), 0, C)
+    count_X = jnp.clip(count_X.astype(jnp.int32), 0, Z)
     # where an empty tile points its blocks: the last expert at or before g with rows (src) and
     # that expert's last live row tile (srcc), i.e. exactly the blocks the previous grid step holds
-    src_G = jax.lax.cummax(jnp.where(count_G > 0, jnp.arange(G, dtype=jnp.int32), 0))
-    srcc_G = jnp.maximum((count_G[src_G] + bc - 1) // bc - 1, 0)
+    src_X = jax.lax.cummax(jnp.where(count_X > 0, jnp.arange(X, dtype=jnp.int32), 0))
+    srcc_X = jnp.maximum((count_X[src_X] + bc - 1) // bc - 1, 0)
 
     def live(g, c, count):
         return c * bc < count[g]
@@ -134,61 +134,61 @@ def _pallas(x_GCD, gate_GDF, up_GDF, down_GFD, count_G, block_c, block_f, block_
         return jnp.where(on, g, src[g]), jnp.where(on, f, nf - 1), 0
 
     spec = pltpu.PrefetchScalarGridSpec(
-        num_scalar_prefetch=3, grid=(G, C // bc, nf),
+        num_scalar_prefetch=3, grid=(X, Z // bc, nf),
         in_specs=[pl.BlockSpec((1, bc, D), x_map), pl.BlockSpec((1, D, bf), up_map),
                   pl.BlockSpec((1, D, bf), up_map), pl.BlockSpec((1, bf, D), down_map)],
         out_specs=pl.BlockSpec((1, bc, D), lambda g, c, f, *_: (g, c, 0)),
         scratch_shapes=[pltpu.VMEM((bc, D), jnp.float32)])
     return pl.pallas_call(
-        functools.partial(_kernel, block_r=br), out_shape=jax.ShapeDtypeStruct(x_GCD.shape, x_GCD.dtype),
+        functools.partial(_kernel, block_r=br), out_shape=jax.ShapeDtypeStruct(x_XZD.shape, x_XZD.dtype),
         grid_spec=spec, interpret=backend.interpret(NAME) if interpret is None else interpret,
         compiler_params=pltpu.CompilerParams(dimension_semantics=("parallel", "parallel", "arbitrary"),
                                              vmem_limit_bytes=VMEM_LIMIT),
-    )(count_G, src_G, srcc_G, x_GCD, gate_GDF, up_GDF, down_GFD)
+    )(count_X, src_X, srcc_X, x_XZD, gate_XDF, up_XDF, down_XFD)
 
 
-def _forward(x_GCD, gate_GDF, up_GDF, down_GFD, count_G, static):
+def _forward(x_XZD, gate_XDF, up_XDF, down_XFD, count_X, static):
     """The step's variant (:func:`backend.gpu_variant`): the Triton one for a GPU, else the TPU one."""
     if backend.gpu_variant():
         block_c, block_f, block_r, interpret = static
-        return expert_ffn_gpu(x_GCD, gate_GDF, up_GDF, down_GFD, count_G, block_c=block_c, block_f=block_f,
+        return expert_ffn_gpu(x_XZD, gate_XDF, up_XDF, down_XFD, count_X, block_c=block_c, block_f=block_f,
                               block_r=block_r, interpret=interpret)
-    return _pallas(x_GCD, gate_GDF, up_GDF, down_GFD, count_G, *static)
+    return _pallas(x_XZD, gate_XDF, up_XDF, down_XFD, count_X, *static)
 
 
 @functools.partial(jax.custom_vjp, nondiff_argnums=(5,))
-def _expert_ffn(x_GCD, gate_GDF, up_GDF, down_GFD, count_G, static):
-    return _forward(x_GCD, gate_GDF, up_GDF, down_GFD, count_G, static)
+def _expert_ffn(x_XZD, gate_XDF, up_XDF, down_XFD, count_X, static):
+    return _forward(x_XZD, gate_XDF, up_XDF, down_XFD, count_X, static)
 
 
-def _fwd(x_GCD, gate_GDF, up_GDF, down_GFD, count_G, static):
-    return _forward(x_GCD, gate_GDF, up_GDF, down_GFD, count_G, static), (x_GCD, gate_GDF, up_GDF, down_GFD, count_G)
+def _fwd(x_XZD, gate_XDF, up_XDF, down_XFD, count_X, static):
+    return _forward(x_XZD, gate_XDF, up_XDF, down_XFD, count_X, static), (x_XZD, gate_XDF, up_XDF, down_XFD, count_X)
 
 
-def _bwd(static, res, dy_GCD):
-    *arrays, count_G = res
-    _, vjp = jax.vjp(lambda *a: expert_ffn_reference(*a, count_G), *arrays)
-    return (*vjp(dy_GCD), None)
+def _bwd(static, res, dy_XZD):
+    *arrays, count_X = res
+    _, vjp = jax.vjp(lambda *a: expert_ffn_reference(*a, count_X), *arrays)
+    return (*vjp(dy_XZD), None)
 
 
 _expert_ffn.defvjp(_fwd, _bwd)
 
 
-def expert_ffn(x_GCD, gate_GDF, up_GDF, down_GFD, count_G, *, block_c=None, block_f=None, block_r=None,
+def expert_ffn(x_XZD, gate_XDF, up_XDF, down_XFD, count_X, *, block_c=None, block_f=None, block_r=None,
                interpret=None):
-    """``[G, C, D]``: each expert's SwiGLU on its first ``count_G[g]`` rows, zeros below (module
+    """``[X, Z, D]``: each expert's SwiGLU on its first ``count_X[g]`` rows, zeros below (module
     docstring; on a GPU :mod:`edge_jax.layers.kernels.expert_ffn_gpu`, where the block sizes mean
     that variant's). ``interpret`` None: the backend's choice (:func:`backend.interpret`)."""
-    return _expert_ffn(x_GCD, gate_GDF, up_GDF, down_GFD, count_G, (block_c, block_f, block_r, interpret))
+    return _expert_ffn(x_XZD, gate_XDF, up_XDF, down_XFD, count_X, (block_c, block_f, block_r, interpret))
 
 
-def grouped_swiglu(x_GCD, gate_GDF, up_GDF, down_GFD, count_G, mode: str = "xla"):
+def grouped_swiglu(x_XZD, gate_XDF, up_XDF, down_XFD, count_X, mode: str = "xla"):
     """One static group's experts under ``model.kernels = mode``: :func:`expert_ffn` where it runs
     as Pallas, else :func:`swiglu` (whose padding rows are zero because the buffer's are)."""
     if backend.use_pallas(mode, NAME):
         # XLA cannot partition a Mosaic call. The MoE layer already runs each device's prefill chunks
         # per shard (no mesh is active inside); called on a mesh otherwise, every device runs the group
         whole = (None, None, None)
-        return per_shard(expert_ffn, (whole, whole, whole, whole, (None,)), whole)(x_GCD, gate_GDF, up_GDF, down_GFD,
-                                                                                 count_G)
-    return swiglu(x_GCD, gate_GDF, up_GDF, down_GFD)
+        return per_shard(expert_ffn, (whole, whole, whole, whole, (None,)), whole)(x_XZD, gate_XDF, up_XDF, down_XFD,
+                                                                                 count_X)
+    return swiglu(x_XZD, gate_XDF, up_XDF, down_XFD)

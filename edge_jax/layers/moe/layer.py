@@ -10,7 +10,7 @@ the static groups run: XLA or the ``expert_ffn`` Pallas kernel (:mod:`edge_jax.l
 The exact path (the fallback experts, and with ``execution.overflow="fallback"`` every chunk's overflow)
 is one ragged call over all the chunks' tokens.
 
-Sown per call: ``intermediates/routing`` = {``ids`` top-k experts [B,T,K], ``probs`` their router
+Sown per call: ``intermediates/routing`` = {``ids`` top-k experts [B,T,J], ``probs`` their router
 probabilities, ``weights`` the combine weights, ``saliency`` [B,T], ``x`` the layer input [B,T,D]} for
 calibration, traces and timing; ``intermediates/moe_stats`` (token-copy counts, see
 :func:`~edge_jax.layers.moe.execute.capacity_moe`); ``losses/load_balance`` = ``weight * E * sum_e f_e P_e``
@@ -62,40 +62,40 @@ class MoE(nn.Module):
                                                self._param("up", (e, d, f), ("expert", "embed", "mlp")),
                                                self._param("down", (e, f, d), ("expert", "mlp", "embed"))))
         probs_BTE = jax.nn.softmax(x_BTD.astype(jnp.float32) @ router.astype(jnp.float32), axis=-1)
-        top_p, ids_BTK = jax.lax.top_k(probs_BTE, self.top_k)
-        w_BTK = top_p / jnp.sum(top_p, -1, keepdims=True) if self.renormalize else top_p
+        top_p, ids_BTJ = jax.lax.top_k(probs_BTE, self.top_k)
+        w_BTJ = top_p / jnp.sum(top_p, -1, keepdims=True) if self.renormalize else top_p
         saliency_BT = jnp.ones((b, t), jnp.float32) if saliency_BT is None else saliency_BT
-        self.sow("intermediates", "routing", {"ids": ids_BTK, "probs": top_p, "weights": w_BTK,
+        self.sow("intermediates", "routing", {"ids": ids_BTJ, "probs": top_p, "weights": w_BTJ,
                                               "saliency": saliency_BT, "x": x_BTD})
         if self.aux_weight:
-            share_E = jnp.mean(jax.nn.one_hot(ids_BTK, e, dtype=jnp.float32), axis=(0, 1, 2))
+            share_E = jnp.mean(jax.nn.one_hot(ids_BTJ, e, dtype=jnp.float32), axis=(0, 1, 2))
             self.sow("losses", "load_balance", self.aux_weight * e * jnp.sum(share_E * jnp.mean(probs_BTE, (0, 1))))
-        x_ND, ids_NK, w_NK = x_BTD.reshape(-1, d).astype(dt), ids_BTK.reshape(-1, self.top_k), w_BTK.reshape(
+        x_ND, ids_NJ, w_NJ = x_BTD.reshape(-1, d).astype(dt), ids_BTJ.reshape(-1, self.top_k), w_BTJ.reshape(
             -1, self.top_k)
         strategy = MOE_STRATEGIES.get(self.execution.strategy)
         if self.execution.strategy == "dropless" or (self.plan is None and self.is_initializing()):  # no plan yet
-            y_ND = execute.dropless(x_ND, ids_NK, w_NK, experts)
+            y_ND = execute.dropless(x_ND, ids_NJ, w_NJ, experts)
         elif not strategy.capacity_bound:
-            y_ND = strategy.run(x_ND, ids_NK, w_NK, experts)
+            y_ND = strategy.run(x_ND, ids_NJ, w_NJ, experts)
         else:
-            y_ND = self._capacity(x_ND, ids_NK, w_NK, saliency_BT.reshape(-1), experts)
+            y_ND = self._capacity(x_ND, ids_NJ, w_NJ, saliency_BT.reshape(-1), experts)
         return y_ND.reshape(b, t, d).astype(x_BTD.dtype)
 
-    def _capacity(self, x_ND, ids_NK, w_NK, sal_N, experts):
+    def _capacity(self, x_ND, ids_NJ, w_NJ, sal_N, experts):
         if self.plan is None:
             raise ValueError(f"moe strategy {self.execution.strategy!r} needs a capacity plan per MoE layer; "
                              "calibrate first (edge-jax moe calibrate) or set moe.capacity")
         if self.plan.n_experts != self.n_experts:
             raise ValueError(f"the capacity plan has {self.plan.n_experts} experts but the layer has "
                              f"{self.n_experts}; recalibrate with edge-jax moe calibrate")
-        n, top_k = ids_NK.shape
-        chunks = execute.chunked(x_ND, ids_NK, w_NK, sal_N, self.execution.chunk, self.execution.drop)
-        y_CnD, exact_CnK, stats = self._chunks(chunks, experts)
+        n, top_k = ids_NJ.shape
+        chunks = execute.chunked(x_ND, ids_NJ, w_NJ, sal_N, self.execution.chunk, self.execution.drop)
+        y_OND, exact_ONJ, stats = self._chunks(chunks, experts)
         self.sow("intermediates", "moe_stats", {k: jnp.sum(v) for k, v in stats.items()})
-        y_ND = y_CnD.reshape(-1, x_ND.shape[-1])[:n]
+        y_ND = y_OND.reshape(-1, x_ND.shape[-1])[:n]
         subset = self.plan.exact_experts(self.execution.exact_overflow)
         if subset:  # the fallback experts (and the overflow), exactly, once for all chunks
-            y_ND = y_ND + execute.ragged(x_ND, ids_NK, w_NK, experts, subset, exact_CnK.reshape(-1, top_k)[:n])
+            y_ND = y_ND + execute.ragged(x_ND, ids_NJ, w_NJ, experts, subset, exact_ONJ.reshape(-1, top_k)[:n])
         return y_ND
 
     def _chunks(self, chunks, experts):
@@ -111,8 +111,8 @@ class MoE(nn.Module):
             rows = [("batch",) + (None,) * (a.ndim - 1) for a in chunks]
             run = per_shard(run, (*rows, *[(None, None, None)] * 3),
                             (rows[0], ("batch", None, None)) + (("batch",),) * len(STAT_KEYS))
-        y_CnD, exact_CnK, *stats = run(*chunks, *experts)
-        return y_CnD, exact_CnK, dict(zip(STAT_KEYS, stats))
+        y_OND, exact_ONJ, *stats = run(*chunks, *experts)
+        return y_OND, exact_ONJ, dict(zip(STAT_KEYS, stats))
 
 
 @dataclasses.dataclass(frozen=True)

@@ -4,7 +4,7 @@ A :class:`LayerPlan` fixes every shape a layer's expert execution needs, per pre
 
 - ``capacity[e]``: the rows expert ``e`` gets in the zero-padded buffer (0 for fallback experts);
 - ``groups``: static groups of same-capacity experts, each run as one dense call on a
-  ``[G, capacity, d]`` buffer (NPUMoE §4.2);
+  ``[X, Z, D]`` buffer (X experts of capacity Z; NPUMoE §4.2);
 - ``fallback``: cold experts run on the exact ragged path, with no capacity and no padding (§4.3).
 
 The copies routed to a static expert beyond its capacity (its overflow) are dropped, or with

@@ -24,7 +24,7 @@ from edge_jax.registry import Registry
 @dataclasses.dataclass(frozen=True)
 class Strategy:
     """``capacity_bound``: runs under the layer's static plan (``execute.capacity_moe``);
-    otherwise ``run(x_ND, ids_NK, w_NK, experts) -> y_ND`` runs it."""
+    otherwise ``run(x_ND, ids_NJ, w_NJ, experts) -> y_ND`` runs it."""
     capacity_bound: bool
     run: Callable | None = None
 

@@ -26,10 +26,10 @@ from edge_jax.papers.expert_cache.engine import CACHE_POLICIES, CachePolicy, Sim
 from edge_jax.papers.expert_cache.profile import DeviceProfile
 
 
-def next_use(objs_TK: np.ndarray) -> np.ndarray:
-    """int64 [T, K]: the next step > t that needs the same object, or T if none."""
-    n_steps, k = objs_TK.shape
-    flat = objs_TK.reshape(-1)
+def next_use(objs_TJ: np.ndarray) -> np.ndarray:
+    """int64 [T, J]: the next step > t that needs the same object, or T if none."""
+    n_steps, k = objs_TJ.shape
+    flat = objs_TJ.reshape(-1)
     step = np.repeat(np.arange(n_steps, dtype=np.int64), k)
     order = np.lexsort((step, flat))
     nxt = np.full(flat.shape, n_steps, np.int64)
@@ -38,18 +38,18 @@ def next_use(objs_TK: np.ndarray) -> np.ndarray:
     return nxt.reshape(n_steps, k)
 
 
-def min_misses(objs_TK: np.ndarray, nxt_TK: np.ndarray, sizes: np.ndarray, cap: float) -> np.ndarray:
-    """bool [T, K]: which accesses miss a single tier of ``cap`` bytes run by MIN."""
-    n_steps, k = objs_TK.shape
+def min_misses(objs_TJ: np.ndarray, nxt_TJ: np.ndarray, sizes: np.ndarray, cap: float) -> np.ndarray:
+    """bool [T, J]: which accesses miss a single tier of ``cap`` bytes run by MIN."""
+    n_steps, k = objs_TJ.shape
     n_obj = len(sizes)
     resident = np.zeros(n_obj, bool)
     key = np.full(n_obj, -1, np.int64)            # next use * n_obj + id; larger = evict first
     occ = 0.0
     miss = np.zeros((n_steps, k), bool)
     for t in range(n_steps):
-        objs = objs_TK[t]
+        objs = objs_TJ[t]
         hit = resident[objs]
-        key[objs] = nxt_TK[t] * n_obj + objs
+        key[objs] = nxt_TJ[t] * n_obj + objs
         if hit.all():
             continue
         miss[t] = ~hit
@@ -68,12 +68,12 @@ def min_misses(objs_TK: np.ndarray, nxt_TK: np.ndarray, sizes: np.ndarray, cap: 
     return miss
 
 
-def belady(experts_NLK: np.ndarray, profile: DeviceProfile, cap_g: float, cap_r: float) -> tuple[SimStats, dict]:
+def belady(experts_NLJ: np.ndarray, profile: DeviceProfile, cap_g: float, cap_r: float) -> tuple[SimStats, dict]:
     """Stats of the two-tier Belady bound, and ``{"exact": bool, "containment_violations": int}``."""
     t0 = time.perf_counter()
-    objs_NLK = object_ids(experts_NLK, profile.n_experts)
-    n_tokens, n_layers, k = objs_NLK.shape
-    objs = objs_NLK.reshape(n_tokens * n_layers, k)
+    objs_NLJ = object_ids(experts_NLJ, profile.n_experts)
+    n_tokens, n_layers, k = objs_NLJ.shape
+    objs = objs_NLJ.reshape(n_tokens * n_layers, k)
     nxt = next_use(objs)
     miss_g = min_misses(objs, nxt, profile.sizes, cap_g)
     miss_r = min_misses(objs, nxt, profile.sizes, cap_r)
@@ -89,8 +89,8 @@ def belady(experts_NLK: np.ndarray, profile: DeviceProfile, cap_g: float, cap_r:
                 "containment_violations": int((miss_r & ~miss_g).sum())}
 
 
-def _offline(experts_NLK, profile, cap_g, cap_r):
-    stats, bound = belady(experts_NLK, profile, cap_g, cap_r)
+def _offline(experts_NLJ, profile, cap_g, cap_r):
+    stats, bound = belady(experts_NLJ, profile, cap_g, cap_r)
     return stats, {"belady_exact": bound["exact"], "belady_containment_violations": bound["containment_violations"]}
 
 

@@ -108,10 +108,10 @@ class Policy:
         pass
 
 
-def object_ids(experts_NLK: np.ndarray, n_experts: int) -> np.ndarray:
-    """int64 [N, L, K] flattened object ids layer * E + expert."""
-    n_layers = experts_NLK.shape[1]
-    return np.arange(n_layers, dtype=np.int64)[None, :, None] * n_experts + experts_NLK.astype(np.int64)
+def object_ids(experts_NLJ: np.ndarray, n_experts: int) -> np.ndarray:
+    """int64 [N, L, J] flattened object ids layer * E + expert."""
+    n_layers = experts_NLJ.shape[1]
+    return np.arange(n_layers, dtype=np.int64)[None, :, None] * n_experts + experts_NLJ.astype(np.int64)
 
 
 class Simulator:
@@ -135,11 +135,11 @@ class Simulator:
         self.stats = SimStats()
         self.t = 0
 
-    def run(self, experts_NLK: np.ndarray, policy: Policy) -> SimStats:
-        """Replay ``experts_NLK`` (top-k expert ids per token and layer) under ``policy``."""
+    def run(self, experts_NLJ: np.ndarray, policy: Policy) -> SimStats:
+        """Replay ``experts_NLJ`` (top-k expert ids per token and layer) under ``policy``."""
         self._reset()
-        objs_NLK = object_ids(experts_NLK, self.profile.n_experts)
-        n_tokens, n_layers, k = objs_NLK.shape
+        objs_NLJ = object_ids(experts_NLJ, self.profile.n_experts)
+        n_tokens, n_layers, k = objs_NLJ.shape
         self.policy = policy
         policy.reset(self, n_tokens * n_layers)
         st, in_g, in_r = self.stats, self.in_g, self.in_r
@@ -149,7 +149,7 @@ class Simulator:
         t = 0
         for token in range(n_tokens):
             for layer in range(n_layers):
-                objs = objs_NLK[token, layer]
+                objs = objs_NLJ[token, layer]
                 self.t = t
                 ig = in_g[objs]
                 if ig.all():

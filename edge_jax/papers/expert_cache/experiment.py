@@ -73,16 +73,16 @@ def _train_metrics(info: dict) -> dict:
     return {f"scoutgate_train_{k}": info[k] for k in ("bce", "card", "steps", "wall_s") if k in info}
 
 
-def ewma_probs(experts_NLK: np.ndarray, n_experts: int, alpha: float, p0: float) -> np.ndarray:
+def ewma_probs(experts_NLJ: np.ndarray, n_experts: int, alpha: float, p0: float) -> np.ndarray:
     """float32 [N, L, E]: each layer's EWMA just before that token's layer runs (what it predicts)."""
     from edge_jax.papers.expert_cache.watermark import ewma_update
-    n, L, k = experts_NLK.shape
+    n, L, k = experts_NLJ.shape
     out = np.empty((n, L, n_experts), np.float32)
     state = np.full((L, n_experts), p0 if p0 >= 0 else k / n_experts)
     rows = np.arange(L)[:, None]
     for i in range(n):
         out[i] = state
-        ewma_update(state, (rows, experts_NLK[i]), alpha)
+        ewma_update(state, (rows, experts_NLJ[i]), alpha)
     return out
 
 

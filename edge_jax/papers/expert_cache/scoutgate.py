@@ -56,24 +56,26 @@ class ScoutGate(nn.Module):
     cfg: ScoutGateConfig = ScoutGateConfig()
 
     @nn.compact
-    def __call__(self, ctx_emb_BMD, ctx_mask_BM):
+    def __call__(self, ctx_emb_BWD, ctx_mask_BW):
+        """Logits ``[B, L, E]`` from the context tokens' embeddings ``[B, W, D]`` (W = ``cfg.m``) and
+        their validity ``[B, W]``. The model's own widths have no shape letter; comments give them."""
         c, L, E = self.cfg, self.n_layers, self.n_experts
-        B, M, _ = ctx_emb_BMD.shape
-        x_BMD = ctx_emb_BMD.astype(jnp.float32)
-        z_BMP = nn.LayerNorm(epsilon=1e-5, name="proj_ln")(nn.Dense(c.d_proj, name="proj")(x_BMD))
-        z_BMP = jnp.where(ctx_mask_BM[..., None], z_BMP, 0.0)
-        z_BF = z_BMP.reshape(B, M * c.d_proj)
-        zl_LY = nn.Embed(L, c.d_layer, name="layer_emb")(jnp.arange(L))
-        # W [z_ctx || z_l] = W_ctx z_ctx + W_layer z_l
+        B, W, _ = ctx_emb_BWD.shape
+        x_BWD = ctx_emb_BWD.astype(jnp.float32)
+        z = nn.LayerNorm(epsilon=1e-5, name="proj_ln")(nn.Dense(c.d_proj, name="proj")(x_BWD))  # [B, W, d_proj]
+        z = jnp.where(ctx_mask_BW[..., None], z, 0.0)
+        z_ctx = z.reshape(B, W * c.d_proj)
+        z_layer = nn.Embed(L, c.d_layer, name="layer_emb")(jnp.arange(L))  # [L, d_layer]
+        # a linear map of [z_ctx || z_l] = W_ctx z_ctx + W_layer z_l (module docstring)
         width = c.d_hidden if c.d_hidden > 0 else c.d_rank
-        h_BW = nn.Dense(width, use_bias=c.d_hidden > 0, name="h_ctx")(z_BF)
-        h_LW = nn.Dense(width, use_bias=False, name="h_layer")(zl_LY)
-        h_BLW = h_BW[:, None, :] + h_LW[None, :, :]
-        q_BLR = nn.Dense(c.d_rank, use_bias=False, name="W_h")(h_BLW) if c.d_hidden > 0 else h_BLW
-        v_LEX = self.param("expert_emb", nn.initializers.normal(0.05), (L, E, c.d_expert))
-        k_LER = nn.Dense(c.d_rank, use_bias=False, name="W_e")(v_LEX)
+        h_ctx = nn.Dense(width, use_bias=c.d_hidden > 0, name="h_ctx")(z_ctx)  # [B, width]
+        h_layer = nn.Dense(width, use_bias=False, name="h_layer")(z_layer)  # [L, width]
+        h = h_ctx[:, None, :] + h_layer[None, :, :]  # [B, L, width]
+        q = nn.Dense(c.d_rank, use_bias=False, name="W_h")(h) if c.d_hidden > 0 else h  # [B, L, d_rank]
+        v = self.param("expert_emb", nn.initializers.normal(0.05), (L, E, c.d_expert))
+        k = nn.Dense(c.d_rank, use_bias=False, name="W_e")(v)  # [L, E, d_rank]
         b_LE = self.param("expert_bias", nn.initializers.zeros, (L, E))
-        return jnp.einsum("blr,ler->ble", q_BLR, k_LER) + b_LE[None]
+        return jnp.einsum("blr,ler->ble", q, k) + b_LE[None]
 
 
 def context_ids(tokens, seq_starts, m: int) -> tuple[np.ndarray, np.ndarray]:
@@ -89,17 +91,17 @@ def context_ids(tokens, seq_starts, m: int) -> tuple[np.ndarray, np.ndarray]:
     pos_N = np.arange(n)
     starts = np.asarray(seq_starts, np.int64)
     start_N = starts[np.searchsorted(starts, pos_N, side="right") - 1]
-    src_NM = pos_N[:, None] - (m - 1) + np.arange(m)[None, :]
-    valid_NM = src_NM >= start_N[:, None]
-    ids_NM = np.where(valid_NM, tokens[np.maximum(src_NM, 0)], 0).astype(np.int32)
-    return ids_NM, valid_NM
+    src_NW = pos_N[:, None] - (m - 1) + np.arange(m)[None, :]
+    valid_NW = src_NW >= start_N[:, None]
+    ids_NW = np.where(valid_NW, tokens[np.maximum(src_NW, 0)], 0).astype(np.int32)
+    return ids_NW, valid_NW
 
 
-def k_hot(experts_NLK, n_experts: int) -> np.ndarray:
+def k_hot(experts_NLJ, n_experts: int) -> np.ndarray:
     """float32 [N, L, E]: 1 for the experts the router picked, else 0."""
-    experts_NLK = np.asarray(experts_NLK)
-    out_NLE = np.zeros((*experts_NLK.shape[:-1], n_experts), np.float32)
-    np.put_along_axis(out_NLE, experts_NLK.astype(np.int64), 1.0, axis=-1)
+    experts_NLJ = np.asarray(experts_NLJ)
+    out_NLE = np.zeros((*experts_NLJ.shape[:-1], n_experts), np.float32)
+    np.put_along_axis(out_NLE, experts_NLJ.astype(np.int64), 1.0, axis=-1)
     return out_NLE
 
 
@@ -128,19 +130,19 @@ def _compiled(n_layers: int, n_experts: int, cfg: ScoutGateConfig, top_k: int):
     model = ScoutGate(n_layers, n_experts, cfg)
     opt = optax.adamw(_schedule(cfg), weight_decay=cfg.weight_decay, mask=_decay_mask)
 
-    def loss_fn(params, emb_VD, ids_BM, valid_BM, experts_BLK):
-        logits_BLE = model.apply(params, emb_VD[ids_BM], valid_BM)
-        target_BLE = jax.nn.one_hot(experts_BLK, n_experts, dtype=jnp.float32).sum(-2)
+    def loss_fn(params, emb_VD, ids_BW, valid_BW, experts_BLJ):
+        logits_BLE = model.apply(params, emb_VD[ids_BW], valid_BW)
+        target_BLE = jax.nn.one_hot(experts_BLJ, n_experts, dtype=jnp.float32).sum(-2)
         return scoutgate_loss(logits_BLE, target_BLE, top_k, cfg.card_weight)
 
-    def train_step(params, opt_state, emb_VD, ids_BM, valid_BM, experts_BLK):
+    def train_step(params, opt_state, emb_VD, ids_BW, valid_BW, experts_BLJ):
         (_, aux), grads = jax.value_and_grad(loss_fn, has_aux=True)(
-            params, emb_VD, ids_BM, valid_BM, experts_BLK)
+            params, emb_VD, ids_BW, valid_BW, experts_BLJ)
         updates, opt_state = opt.update(grads, opt_state, params)
         return optax.apply_updates(params, updates), opt_state, aux
 
-    def probs(params, emb_VD, ids_BM, valid_BM):
-        return jax.nn.sigmoid(model.apply(params, emb_VD[ids_BM], valid_BM))
+    def probs(params, emb_VD, ids_BW, valid_BW):
+        return jax.nn.sigmoid(model.apply(params, emb_VD[ids_BW], valid_BW))
 
     return model, opt, jax.jit(train_step), jax.jit(lambda *a: loss_fn(*a)[1]), jax.jit(probs)
 
@@ -176,13 +178,13 @@ def train_scoutgate(trace: RoutingTrace, cfg: ScoutGateConfig = ScoutGateConfig(
         raise ValueError("cannot train ScoutGate on an empty routing trace")
     t0 = time.perf_counter()
     rng = np.random.default_rng(seed)
-    ids_NM, valid_NM = context_ids(trace.tokens, trace.seq_starts, cfg.m)
-    experts_NLK = trace.experts.astype(np.int32)
+    ids_NW, valid_NW = context_ids(trace.tokens, trace.seq_starts, cfg.m)
+    experts_NLJ = trace.experts.astype(np.int32)
     _, opt, train_step, eval_loss, _ = _compiled(trace.n_layers, trace.n_experts, cfg, trace.top_k)
     params = init_params(trace.n_layers, trace.n_experts, trace.top_k, cfg, emb_VD.shape[1], seed)
     opt_state = opt.init(params)
     ev = rng.choice(trace.n_tokens, min(cfg.eval_tokens, trace.n_tokens), replace=False)
-    eval_args = (emb_VD, ids_NM[ev], valid_NM[ev], experts_NLK[ev])
+    eval_args = (emb_VD, ids_NW[ev], valid_NW[ev], experts_NLJ[ev])
     log_every, history = max(1, cfg.steps // 10), []
 
     def evaluate(step):
@@ -194,8 +196,8 @@ def train_scoutgate(trace: RoutingTrace, cfg: ScoutGateConfig = ScoutGateConfig(
     evaluate(0)
     for step in range(1, cfg.steps + 1):
         idx = rng.integers(0, trace.n_tokens, cfg.batch)
-        params, opt_state, _ = train_step(params, opt_state, emb_VD, ids_NM[idx], valid_NM[idx],
-                                          experts_NLK[idx])
+        params, opt_state, _ = train_step(params, opt_state, emb_VD, ids_NW[idx], valid_NW[idx],
+                                          experts_NLJ[idx])
         if step % log_every == 0 or step == cfg.steps:
             evaluate(step)
     params = jax.tree_util.tree_map(np.asarray, params)
@@ -209,28 +211,28 @@ def predict(params, trace: RoutingTrace, cfg: ScoutGateConfig = ScoutGateConfig(
     """float32 [N, L, E]: ScoutGate's activation probability of every expert for every token."""
     emb_VD = _need_embeddings(trace)
     n, L, E = trace.n_tokens, trace.n_layers, trace.n_experts
-    ids_NM, valid_NM = context_ids(trace.tokens, trace.seq_starts, cfg.m)
+    ids_NW, valid_NW = context_ids(trace.tokens, trace.seq_starts, cfg.m)
     probs_fn = _compiled(L, E, cfg, trace.top_k)[-1]
     params = jax.device_put(params)
     out_NLE = np.empty((n, L, E), np.float32)
     for a in range(0, n, batch):
         b = min(a + batch, n)
-        ids_BM = np.zeros((batch, cfg.m), np.int32)  # fixed batch shape: one compilation
-        valid_BM = np.zeros((batch, cfg.m), bool)
-        ids_BM[: b - a], valid_BM[: b - a] = ids_NM[a:b], valid_NM[a:b]
-        out_NLE[a:b] = np.asarray(probs_fn(params, emb_VD, ids_BM, valid_BM))[: b - a]
+        ids_BW = np.zeros((batch, cfg.m), np.int32)  # fixed batch shape: one compilation
+        valid_BW = np.zeros((batch, cfg.m), bool)
+        ids_BW[: b - a], valid_BW[: b - a] = ids_NW[a:b], valid_NW[a:b]
+        out_NLE[a:b] = np.asarray(probs_fn(params, emb_VD, ids_BW, valid_BW))[: b - a]
     return out_NLE
 
 
-def recall_at_k(probs_NLE, experts_NLK) -> float:
+def recall_at_k(probs_NLE, experts_NLJ) -> float:
     """Mean over (token, layer) of the fraction of the router's top-k among the k most probable."""
-    experts_NLK = np.asarray(experts_NLK)
-    k = experts_NLK.shape[-1]
-    if experts_NLK.size == 0:
+    experts_NLJ = np.asarray(experts_NLJ)
+    k = experts_NLJ.shape[-1]
+    if experts_NLJ.size == 0:
         return float("nan")
-    top_NLK = np.argpartition(-np.asarray(probs_NLE), k - 1, axis=-1)[..., :k]
-    hits_NLK = (top_NLK[..., :, None] == experts_NLK[..., None, :]).any(-1)
-    return float(hits_NLK.mean())
+    top_NLJ = np.argpartition(-np.asarray(probs_NLE), k - 1, axis=-1)[..., :k]
+    hits_NLJ = (top_NLJ[..., :, None] == experts_NLJ[..., None, :]).any(-1)
+    return float(hits_NLJ.mean())
 
 
 def save_params(path, params, meta: dict | None = None) -> None:

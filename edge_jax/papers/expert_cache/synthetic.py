@@ -1,6 +1,6 @@
 """Seeded synthetic MoE routing traces with the structure an expert cache (and its predictor) sees.
 
-Generative model, for N tokens, L MoE layers, E experts and top-k K:
+Generative model, for N tokens, L MoE layers, E experts and J = top-k experts per token:
 
 * **tokens**: ids drawn i.i.d. from a Zipf(1) law over a randomly permuted vocabulary of V ids,
   cut into sequences at random points (the first sequence starts at 0);
@@ -146,7 +146,7 @@ def synthetic_routing(n_tokens: int = 65536, n_layers: int = 4, n_experts: int =
     prev_weight = np.ones(n, np.float32) * np.float32(_PREV_WEIGHT)
     prev_weight[seq_starts] = 0.0   # no previous token at a sequence start
 
-    # Popularity per phase: [P, L, E] log-popularity, each phase a partial reshuffle of the last.
+    # Popularity per phase: [phases, L, E] log-popularity, each phase a partial reshuffle of the last.
     base = (-zipf * np.log(np.arange(1, e + 1))).astype(np.float32)
     shifts = np.flatnonzero(rng.random(n - 1) < 1 / phase_tokens) + 1 if phase_tokens else np.zeros(0, int)
     ranks = np.empty((len(shifts) + 1, n_layers, e), np.int64)
@@ -160,7 +160,7 @@ def synthetic_routing(n_tokens: int = 65536, n_layers: int = 4, n_experts: int =
             ranks[p][rows, movers[p - 1]] = ranks[p - 1][rows, np.roll(movers[p - 1], 1, axis=-1)]
     log_pop = base[ranks]
 
-    # Bursts: start positions and a [B, L, E] boost (1-2 experts in each of a random subset of layers).
+    # Bursts: start positions and a [bursts, L, E] boost (1-2 experts in each of a random subset of layers).
     b_start = np.flatnonzero(rng.random(n) < burst_rate)
     nb = len(b_start)
     layer_on = rng.random((nb, n_layers)) < 0.5

@@ -66,7 +66,7 @@ PAPER = {"grouped": "1.15-1.28x", "all": "2.89x"}
 
 
 def router(rng, n_experts: int, zipf: float):
-    """``route(n, k) -> (ids_NK, w_NK)``: Gaussian logits + log Zipf popularity (shuffled), top-k softmax."""
+    """``route(n, k) -> (ids_NJ, w_NJ)``: Gaussian logits + log Zipf popularity (shuffled), top-k softmax."""
     pop_E = 1.0 / np.arange(1, n_experts + 1) ** zipf
     bias_E = rng.permutation(np.log(pop_E / pop_E.sum()))
 
@@ -74,8 +74,8 @@ def router(rng, n_experts: int, zipf: float):
         logits_NE = rng.normal(size=(n, n_experts)) + bias_E
         p_NE = np.exp(logits_NE - logits_NE.max(-1, keepdims=True))
         p_NE /= p_NE.sum(-1, keepdims=True)
-        ids_NK = np.argsort(-p_NE, axis=-1, kind="stable")[:, :k]
-        return ids_NK.astype(np.int32), np.take_along_axis(p_NE, ids_NK, -1).astype(np.float32)
+        ids_NJ = np.argsort(-p_NE, axis=-1, kind="stable")[:, :k]
+        return ids_NJ.astype(np.int32), np.take_along_axis(p_NE, ids_NJ, -1).astype(np.float32)
     return route
 
 

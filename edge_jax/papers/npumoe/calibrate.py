@@ -35,24 +35,24 @@ class CalibrationError(UserError, ValueError):
     """A calibration input or file that cannot be used; the message names the fix."""
 
 
-def expert_loads(experts_NLK, n_experts: int, valid_N=None) -> np.ndarray:
-    """Assignment counts ``[L, E]`` (int64) from the top-k expert ids ``[N, L, K]`` of N tokens;
+def expert_loads(experts_NLJ, n_experts: int, valid_N=None) -> np.ndarray:
+    """Assignment counts ``[L, E]`` (int64) from the top-k expert ids ``[N, L, J]`` of N tokens;
     tokens whose ``valid_N`` is False (padding) are not counted."""
-    ids_NLK = np.asarray(experts_NLK)
-    if ids_NLK.ndim != 3:
-        raise CalibrationError(f"expert ids must be [tokens, layers, top_k], got shape {ids_NLK.shape}")
-    if ids_NLK.size and (ids_NLK.min() < 0 or ids_NLK.max() >= n_experts):
-        raise CalibrationError(f"expert ids must lie in [0, {n_experts}), got [{ids_NLK.min()}, "
-                               f"{ids_NLK.max()}]; pass the model's n_experts")
-    n, n_layers, k = ids_NLK.shape
-    flat_NLK = ids_NLK.astype(np.int64) + n_experts * np.arange(n_layers)[None, :, None]
-    weight_NLK = None
+    ids_NLJ = np.asarray(experts_NLJ)
+    if ids_NLJ.ndim != 3:
+        raise CalibrationError(f"expert ids must be [tokens, layers, top_k], got shape {ids_NLJ.shape}")
+    if ids_NLJ.size and (ids_NLJ.min() < 0 or ids_NLJ.max() >= n_experts):
+        raise CalibrationError(f"expert ids must lie in [0, {n_experts}), got [{ids_NLJ.min()}, "
+                               f"{ids_NLJ.max()}]; pass the model's n_experts")
+    n, n_layers, k = ids_NLJ.shape
+    flat_NLJ = ids_NLJ.astype(np.int64) + n_experts * np.arange(n_layers)[None, :, None]
+    weight_NLJ = None
     if valid_N is not None:
         valid_N = np.asarray(valid_N, bool)
         if valid_N.shape != (n,):
             raise CalibrationError(f"valid mask must be [{n}] (one flag per token), got {valid_N.shape}")
-        weight_NLK = np.broadcast_to(valid_N[:, None, None], ids_NLK.shape).ravel().astype(np.int64)
-    counts = np.bincount(flat_NLK.ravel(), weights=weight_NLK, minlength=n_layers * n_experts)
+        weight_NLJ = np.broadcast_to(valid_N[:, None, None], ids_NLJ.shape).ravel().astype(np.int64)
+    counts = np.bincount(flat_NLJ.ravel(), weights=weight_NLJ, minlength=n_layers * n_experts)
     return counts.astype(np.int64).reshape(n_layers, n_experts)
 
 
@@ -69,9 +69,9 @@ def overlap_at_k(load_a_LE, load_b_LE, k: int) -> np.ndarray:
                                f"{a_LE.shape} and {b_LE.shape}")
     if not 1 <= k <= a_LE.shape[1]:
         raise CalibrationError(f"Overlap@{k} needs 1 <= K <= {a_LE.shape[1]} experts; use a smaller K")
-    top_a_LK, top_b_LK = ranking(a_LE)[:, :k], ranking(b_LE)[:, :k]
-    hit_LK = (top_a_LK[:, :, None] == top_b_LK[:, None, :]).any(-1)
-    return hit_LK.sum(-1) / k
+    top_a_LJ, top_b_LJ = ranking(a_LE)[:, :k], ranking(b_LE)[:, :k]
+    hit_LJ = (top_a_LJ[:, :, None] == top_b_LJ[:, None, :]).any(-1)
+    return hit_LJ.sum(-1) / k
 
 
 def overlap_summary(load_a_LE, load_b_LE, ks=(4, 8)) -> dict:

@@ -34,24 +34,25 @@ def counts(capacity: int, group: int, fills) -> np.ndarray:
     return np.array([round(capacity * fills[i % len(fills)]) for i in range(group)], np.int32)
 
 
-def case(label: str, G: int, C: int, D: int, F: int, count_G, dtype: str, seed: int = 0, **blocks) -> KernelCase:
-    """One group of ``G`` random experts (scale 1/sqrt(fan-in)) on random rows, ``count_G`` valid."""
+def case(label: str, X: int, Z: int, D: int, F: int, count_X, dtype: str, seed: int = 0, **blocks) -> KernelCase:
+    """One group of ``X`` random experts (scale 1/sqrt(fan-in)) on random rows, ``count_X`` valid."""
     dt = jnp.dtype(dtype)
     k = jax.random.split(jax.random.key(seed), 4)
-    x = jax.random.normal(k[0], (G, C, D), dt)
-    gate, up = (jax.random.normal(kk, (G, D, F), dt) / np.sqrt(D).astype(dt) for kk in k[1:3])
-    down = jax.random.normal(k[3], (G, F, D), dt) / np.sqrt(F).astype(dt)
-    count = np.asarray(count_G, np.int32)
-    bc, _, _ = block_sizes(C, F, dt, blocks.get("block_c"), blocks.get("block_f"), blocks.get("block_r"))
+    x = jax.random.normal(k[0], (X, Z, D), dt)
+    gate, up = (jax.random.normal(kk, (X, D, F), dt) / np.sqrt(D).astype(dt) for kk in k[1:3])
+    down = jax.random.normal(k[3], (X, F, D), dt) / np.sqrt(F).astype(dt)
+    count = np.asarray(count_X, np.int32)
+    bc, _, _ = block_sizes(Z, F, dt, blocks.get("block_c"), blocks.get("block_f"), blocks.get("block_r"))
     live = -(-count // bc)  # row tiles with a valid row, per expert
     size = dt.itemsize
-    traffic = int(live.sum()) * (3 * D * F + bc * D) * size + G * C * D * size
+    traffic = int(live.sum()) * (3 * D * F + bc * D) * size + X * Z * D * size
     return KernelCase(label, functools.partial(expert_ffn, **blocks), expert_ffn_reference,
                       (x, gate, up, down, jnp.asarray(count)), flops=2 * 3 * float(count.sum()) * D * F,
                       bytes=float(traffic), dtype=dtype)
 
 
 def cases(small: bool) -> list[KernelCase]:
+    # the labels keep their "G" (experts) and "C" (capacity): the committed bench results name the cases so
     if small:
         count = [0, 20, 32]
         return [case(f"G 3 x C 32, d 128, d_ff 256, rows {count}", 3, 32, 128, 256, count, dtype,
@@ -60,11 +61,11 @@ def cases(small: bool) -> list[KernelCase]:
     p = PHIMOE
     base = p["chunk"] * p["top_k"] // p["experts"]
     out = []
-    for G, tier, fills in ((4, 1, "65% filled"), (4, 2, "65% filled"), (4, 4, "65% filled"), (8, 1, "65% filled"),
+    for X, tier, fills in ((4, 1, "65% filled"), (4, 2, "65% filled"), (4, 4, "65% filled"), (8, 1, "65% filled"),
                            (4, 2, "one empty")):
-        C = tier * base
-        count = counts(C, G, FILLS[fills])
-        out.append(case(f"PhiMoE G {G} x C {C} ({tier}x base), {fills}", G, C, p["d"], p["d_ff"], count, "bfloat16"))
+        Z = tier * base
+        count = counts(Z, X, FILLS[fills])
+        out.append(case(f"PhiMoE G {X} x C {Z} ({tier}x base), {fills}", X, Z, p["d"], p["d_ff"], count, "bfloat16"))
     return out
 
 

@@ -7,7 +7,7 @@ a chunk the same way, each step a separate jitted call made from Python:
 
 1. ``pack``: :func:`~edge_jax.layers.moe.execute.pack` (slots of the token copies, the lowest-score
    overflow left out of the buffer) and the gather of token rows into each group's zero-padded
-   ``[G, C, d]`` buffer;
+   ``[X, Z, D]`` buffer (X experts, Z their capacity);
 2. one call per static group: :func:`~edge_jax.layers.kernels.expert_ffn.grouped_swiglu` on that group's
    buffer and its experts' valid-row counts, with its resident weights (pre-sliced and stacked per group
    at construction): XLA's SwiGLU, or the ``expert_ffn`` Pallas kernel under ``kernels`` (``model.kernels``);
@@ -42,16 +42,16 @@ from edge_jax.utils.timing import time_interleaved
 
 
 def _pack_fn(plan: LayerPlan, overflow: str):
-    """Jitted ``(x_ND, ids_NK, score_N, valid_N) -> (buffers [G, C, d] per group, valid rows [G] per
-    group, slot_A, kept_A, exact_NK)``; ``exact_NK``: the copies for the fallback call when the overflow
+    """Jitted ``(x_ND, ids_NJ, score_N, valid_N) -> (buffers [X, Z, D] per group, valid rows [X] per
+    group, slot_A, kept_A, exact_NJ)``; ``exact_NJ``: the copies for the fallback call when the overflow
     runs there (else None)."""
-    def pack(x_ND, ids_NK, score_N, valid_N):
-        slot_A, kept_A, static_A = execute.pack(ids_NK, score_N, valid_N, plan)
-        count_E = execute.kept_counts(ids_NK, kept_A, plan.n_experts)
+    def pack(x_ND, ids_NJ, score_N, valid_N):
+        slot_A, kept_A, static_A = execute.pack(ids_NJ, score_N, valid_N, plan)
+        count_E = execute.kept_counts(ids_NJ, kept_A, plan.n_experts)
         counts = tuple(count_E[np.asarray(g)] for g in plan.groups)
-        exact_NK = (execute.exact_copies(ids_NK, valid_N, kept_A, static_A, overflow)
+        exact_NJ = (execute.exact_copies(ids_NJ, valid_N, kept_A, static_A, overflow)
                     if OVERFLOW_POLICIES.get(overflow).exact else None)  # dropping: the host needs no mask
-        return tuple(execute.group_buffers(x_ND, ids_NK, slot_A, plan)), counts, slot_A, kept_A, exact_NK
+        return tuple(execute.group_buffers(x_ND, ids_NJ, slot_A, plan)), counts, slot_A, kept_A, exact_NJ
     return jax.jit(pack)
 
 
@@ -72,9 +72,9 @@ def host_blas_threads():
 
 
 @jax.jit
-def _scatter(x_ND, ys_GCD, slot_A, kept_A, w_NK, fallback_ND):
+def _scatter(x_ND, ys_XZD, slot_A, kept_A, w_NJ, fallback_ND):
     """:func:`~edge_jax.layers.moe.execute.scatter_rows`, plus the fallback experts' result (or None)."""
-    y_ND = execute.scatter_rows(x_ND, ys_GCD, slot_A, kept_A, w_NK)
+    y_ND = execute.scatter_rows(x_ND, ys_XZD, slot_A, kept_A, w_NJ)
     return y_ND if fallback_ND is None else y_ND + fallback_ND
 
 
@@ -96,38 +96,38 @@ class LayerRuntime:
         self.expert_calls = plan.expert_calls(self.exact_overflow)
         self.dispatched = 0
         self._pack = _pack_fn(plan, overflow)
-        self._groups = []  # (jitted expert call, resident (gate_GDF, up_GDF, down_GFD)) per static group
+        self._groups = []  # (jitted expert call, resident (gate_XDF, up_XDF, down_XFD)) per static group
         for group in plan.groups:
             idx = np.asarray(group)
             call = jax.jit(functools.partial(grouped_swiglu, mode=kernels))
             self._groups.append((call, tuple(jax.device_put(w[idx]) for w in experts)))
         self._host = tuple(np.asarray(w) for w in experts) if self.exact_experts else None
 
-    def __call__(self, x_ND, ids_NK, w_NK, score_N, valid_N):
+    def __call__(self, x_ND, ids_NJ, w_NJ, score_N, valid_N):
         """``y_ND`` for one chunk: pack, one call per group, the fallback call, scatter."""
         calls = 0
-        bufs, counts, slot_A, kept_A, exact_NK = self._pack(x_ND, ids_NK, score_N, valid_N)
+        bufs, counts, slot_A, kept_A, exact_NJ = self._pack(x_ND, ids_NJ, score_N, valid_N)
         ys = []
-        for (expert_call, weights), x_GCD, count_G in zip(self._groups, bufs, counts):
-            ys.append(expert_call(x_GCD, *weights, count_G))
+        for (expert_call, weights), x_XZD, count_X in zip(self._groups, bufs, counts):
+            ys.append(expert_call(x_XZD, *weights, count_X))
             calls += 1
         fallback_ND = None
         if self.exact_experts:
-            fallback_ND = self.fallback(x_ND, ids_NK, w_NK, valid_N, exact_NK)
+            fallback_ND = self.fallback(x_ND, ids_NJ, w_NJ, valid_N, exact_NJ)
             calls += 1
         self.dispatched = calls
-        return _scatter(x_ND, tuple(ys), slot_A, kept_A, w_NK, fallback_ND)
+        return _scatter(x_ND, tuple(ys), slot_A, kept_A, w_NJ, fallback_ND)
 
-    def fallback(self, x_ND, ids_NK, w_NK, valid_N, exact_NK=None):
+    def fallback(self, x_ND, ids_NJ, w_NJ, valid_N, exact_NJ=None):
         """The cold experts on the host CPU (numpy, exact token counts), the paper's fallback path: the
-        inputs come to the host and the result goes back to the device. With ``exact_NK`` (the pack's
+        inputs come to the host and the result goes back to the device. With ``exact_NJ`` (the pack's
         mask; ``overflow="fallback"``) the copies it marks, of any expert: the cold experts' copies and
         the static experts' overflow."""
-        if exact_NK is None and not self.plan.fallback:
+        if exact_NJ is None and not self.plan.fallback:
             raise ValueError("this plan has no fallback experts")
-        x, ids, w, valid = jax.device_get((x_ND, ids_NK, w_NK, valid_N))
-        mask = None if exact_NK is None else jax.device_get(exact_NK)
-        subset = self.plan.fallback if exact_NK is None else self.exact_experts
+        x, ids, w, valid = jax.device_get((x_ND, ids_NJ, w_NJ, valid_N))
+        mask = None if exact_NJ is None else jax.device_get(exact_NJ)
+        subset = self.plan.fallback if exact_NJ is None else self.exact_experts
         with host_blas_threads():
             y = execute.host_experts(x, ids, w, valid, self._host, subset, mask)
         return jax.device_put(y)
