@@ -1,9 +1,9 @@
 """EdgeInfinite: a memory-gating module trained on a frozen base, evaluated on long-context tasks.
 
     edge-jax train --config configs/edgeinfinite.py:stage=copy --workdir /tmp/ei_copy    # copying starts
-    edge-jax train --config configs/edgeinfinite.py:stage=copy --config.init_from=/tmp/ei_copy \
+    edge-jax train --config configs/edgeinfinite.py:stage=copy --config.init_from=/tmp/ei_copy \\
         --workdir /tmp/ei_copy2                                   # again: pass keys are retrieved
-    edge-jax train --config configs/edgeinfinite.py:stage=base --config.init_from=/tmp/ei_copy2 \
+    edge-jax train --config configs/edgeinfinite.py:stage=base --config.init_from=/tmp/ei_copy2 \\
         --workdir /tmp/ei_base                                    # the base LM: multikey too
     edge-jax train --config configs/edgeinfinite.py --config.init_from=/tmp/ei_base --workdir /tmp/ei
     edge-jax train --config configs/edgeinfinite.py:method=snapkv --config.init_from=/tmp/ei_base \\

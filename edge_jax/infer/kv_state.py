@@ -163,7 +163,7 @@ def apply_chunk(model, params, tokens_BT, positions_BT, contexts: list[dict], **
     """``(logits [B, T, V], per-layer extras)`` of one chunk after the layers' caches ``contexts``
     (each a cache, optionally with EdgeInfinite's memory and requests: see
     :func:`edge_jax.layers.attention.cached.context_attention`). ``inputs`` go to the model as they
-    are (e.g. ``meki_rows``). Not jitted: call it inside a jitted step."""
+    are (e.g. ``host_inputs``, a memory kind's inputs). Not jitted: call it inside a jitted step."""
     logits, state = model.apply({"params": params}, tokens_BT, positions_BT, attn_context=contexts,
                                 mutable=["intermediates"], **inputs)
     inter = state["intermediates"]
