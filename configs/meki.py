@@ -18,7 +18,8 @@ held-out facts questions are answered greedily for exact-match recall.
 from edge_jax.config import ConfigError, parse_arg
 from edge_jax.layers.token_memory.base import MEMORY_KINDS
 from edge_jax.layers.token_memory.ngram_hash import engram_placement
-from edge_jax.models.presets import MEKI_PAPER, sized_config
+from edge_jax.models.presets import sized_config
+from edge_jax.papers.meki.params import MEKI_PAPER
 
 CPU_DATA = dict(name="pystdlib+facts*64", tokenizer="spm:4096", facts_entities=60)
 

@@ -17,6 +17,8 @@ from edge_jax.models.presets import sized_config
 from edge_jax.papers.plm.variants import plm_variant
 
 SIZES = ("tiny", "1p8b")
+# Algorithm 1's sparsity sweep after training, on this many validation batches (train.sparsity_batches).
+SPARSITY_BATCHES = {"tiny": 4, "1p8b": 1}
 ATTENTION = ("mla", "gqa", "mha")  # PLM's attention twins (edge_jax.papers.plm.variants)
 
 
@@ -27,5 +29,6 @@ def get_config(arg=None):
         if value not in valid:
             raise ConfigError(f"unknown {key} {value!r} for configs/plm.py; valid: {', '.join(valid)}")
     c = sized_config(f"plm_{a.size}")
+    c.train.sparsity_batches = SPARSITY_BATCHES[a.size]
     c.model.update(plm_variant(c.model, a.attention, a.ffn, a.match_params))
     return c

@@ -1,18 +1,21 @@
-"""Parameter counts from abstract shapes (``jax.eval_shape``: nothing is allocated)."""
+"""Parameter counts from abstract shapes (``jax.eval_shape``: nothing is allocated).
+
+``edge-jax params`` prints :func:`report_params`: our counts, then the lines of every comparison
+registered in :data:`PARAM_COMPARISONS` (a paper registers one beside its reported counts, e.g.
+``edge_jax/papers/meki/params.py``)."""
 from __future__ import annotations
 
 from functools import partial
-from typing import Mapping
+from typing import Callable, Mapping
 
 import flax.linen as nn
 import jax
-import ml_collections
 import numpy as np
 
 from edge_jax.models.decoder import DecoderLM, ModelConfig
 from edge_jax.models.inference import inference_config
 from edge_jax.models.inputs import example_inputs
-from edge_jax.models.presets import MEKI_PAPER, MODEL_SIZES, PAPER_PARAMS, PLM_PAPER
+from edge_jax.registry import Registry
 
 
 def abstract_params(model: nn.Module, seq_len: int = 8):
@@ -62,36 +65,26 @@ def matched_d_ff(model: Mapping, changes: Mapping, multiple: int = 8) -> int:
     return max(multiple, multiple * round((missing / per_unit + multiple) / multiple))
 
 
-def paper_size_of(model: ml_collections.ConfigDict) -> str | None:
-    for name in (*PAPER_PARAMS, *PLM_PAPER):
-        if all(model[k] == v for k, v in MODEL_SIZES[name].items()):
-            return name
-    return None
+# ``(config, counts) -> lines`` printed after the counts by ``edge-jax params``: ``counts`` is
+# :func:`param_breakdown` of ``config.model``; a comparison that does not apply returns [].
+PARAM_COMPARISONS: Registry[Callable[[object, dict], list[str]]] = Registry("parameter comparison")
 
 
-def _versus(label: str, ours: int, paper: float) -> str:
+def versus(label: str, ours: int, paper: float) -> str:
+    """One comparison line: the paper's count and our ratio to it, within 3% or OUTSIDE."""
     ratio = ours / paper
     return (f"{label:>14}: {paper / 1e9:.2f}B  ours/paper = {ratio:.4f} "
             f"({'within' if abs(ratio - 1) <= 0.03 else 'OUTSIDE'} 3%)")
 
 
 def report_params(config) -> str:
-    """Counts beside the paper's; ``config.model.vocab_size`` must already be resolved."""
+    """Our counts, then every registered comparison's lines (:data:`PARAM_COMPARISONS`);
+    ``config.model.vocab_size`` must already be resolved."""
     if config.model.vocab_size <= 0:
         raise ValueError("model.vocab_size is unresolved; pass the config through train.setup.resolve_config")
     counts = param_breakdown(ModelConfig.from_config(config.model))
     names = {"total": "total (train)", "ram": "RAM params", "rom": "ROM weights"}
     lines = [f"{names.get(k, k):>14}: {v / 1e9:.4f}B ({v:,})" for k, v in counts.items()]
-    paper = paper_size_of(config.model)
-    memory = config.model.memory
-    if paper in PLM_PAPER and memory == "none":
-        ref = PLM_PAPER[paper]
-        lines.append(_versus("PLM total", counts["total"], ref["total"]))
-        lines.append(_versus("PLM embedding", counts["embedding"], ref["embedding"]))
-        lines.append(_versus("PLM other", counts["non_embedding"], ref["non_embedding"]))
-    elif paper and memory == "none":
-        lines.append(_versus("paper (RAM)", counts["ram"], PAPER_PARAMS[paper]))
-    elif paper and memory == "meki" and config.model.d_mem == MEKI_PAPER[paper]["d_mem"]:
-        lines.append(_versus("MeKi RAM", counts["ram"], MEKI_PAPER[paper]["ram"]))
-        lines.append(_versus("MeKi ROM", counts["rom"], MEKI_PAPER[paper]["rom"]))
+    for _, compare in PARAM_COMPARISONS.items():
+        lines.extend(compare(config, counts))
     return "\n".join(lines)

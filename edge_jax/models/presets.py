@@ -1,5 +1,8 @@
-"""Model sizes. Qwen3 paper sizes are shapes from MeKi Table 5 (vocab 151680, RoPE theta 5e5);
-PLM sizes use MLA with a full-rank query, an ungated ReLU² FFN and the WSDC schedule (PLM Table 1)."""
+"""Model sizes and their generic data / train presets. Qwen3 paper sizes are shapes from MeKi Table 5
+(vocab 151680, RoPE theta 5e5); PLM sizes use MLA with a full-rank query, an ungated ReLU² FFN and the
+WSDC schedule (PLM Table 1). The papers' own parameter counts, and the comparison ``edge-jax params``
+prints beside ours, live with each paper (``edge_jax/papers/<paper>/params.py``); keys only a paper
+declares are set by its config file (e.g. ``train.sparsity_batches`` in ``configs/plm.py``)."""
 from __future__ import annotations
 
 _QWEN3 = dict(vocab_size=151_680, head_dim=128, n_kv_heads=8, rope_theta=500_000.0, qk_norm=True,
@@ -29,19 +32,6 @@ MODEL_SIZES = {
                    d_ff=6400, rope_theta=10_000.0, qk_norm=False, tie_embeddings=False),
 }
 
-# RAM parameter counts the papers report for the dense baselines (MeKi Table 5).
-PAPER_PARAMS = {"qwen3_0p6b": 0.60e9, "qwen3_1p7b": 1.75e9, "qwen3_4b": 4.12e9}
-
-# MeKi Table 5: memory width and the RAM / ROM counts of MeKi-0.6B / 1.7B / 4B.
-MEKI_PAPER = {
-    "qwen3_0p6b": dict(d_mem=128, ram=0.60e9, rom=0.54e9),
-    "qwen3_1p7b": dict(d_mem=256, ram=1.75e9, rom=1.09e9),
-    "qwen3_4b": dict(d_mem=512, ram=4.12e9, rom=2.80e9),
-}
-
-# PLM §2 / Table 1: 1.83B parameters, 0.31B of them the (tied) embedding.
-PLM_PAPER = {"plm_1p8b": dict(total=1.83e9, embedding=0.31e9, non_embedding=1.51e9)}
-
 # PLM §4.2 WSDC: warm-up over 1% of the steps to 3e-4, stable, decay to 3e-5, constant tail; its
 # phases are 1.65T + 550B + 280B tokens, which fix the decay and tail fractions.
 WSDC = dict(schedule="wsdc", decay_fraction=round(550 / 2480, 4), tail_fraction=round(280 / 2480, 4))
@@ -59,16 +49,13 @@ _PAPER_TRAIN = dict(data=dict(seq_len=4096, batch_size=256),
                     train=dict(steps=50_000, lr=4e-4, min_lr=2e-4, warmup_steps=500, b1=0.9, b2=0.95,
                                weight_decay=0.1, clip_norm=1.0, schedule="cosine"),
                     model=dict(dtype="bfloat16"))
-for _name in PAPER_PARAMS:
+for _name in ("qwen3_0p6b", "qwen3_1p7b", "qwen3_4b", "phimoe"):
     TRAIN_PRESETS[_name] = _PAPER_TRAIN
-TRAIN_PRESETS["phimoe"] = _PAPER_TRAIN
 TRAIN_PRESETS["plm_tiny"] = dict(data=dict(seq_len=128, batch_size=16),
-                                 train=dict(WSDC, steps=300, lr=3e-3, min_lr=3e-4, warmup_steps=30,
-                                            sparsity_batches=4))
+                                 train=dict(WSDC, steps=300, lr=3e-3, min_lr=3e-4, warmup_steps=30))
 # 2.48T tokens in batches of 15M tokens (3,662 sequences of 4,096) on 208 accelerators.
 TRAIN_PRESETS["plm_1p8b"] = dict(data=dict(seq_len=4096, batch_size=3662),
-                                 train=dict(WSDC, steps=165_000, lr=3e-4, min_lr=3e-5, warmup_steps=1650,
-                                            sparsity_batches=1),
+                                 train=dict(WSDC, steps=165_000, lr=3e-4, min_lr=3e-5, warmup_steps=1650),
                                  model=dict(dtype="bfloat16"))
 
 
@@ -83,3 +70,11 @@ def sized_config(size: str):
         c[section].update(values)
     return c
 
+
+def matching_size(model, names) -> str | None:
+    """The first of ``names`` (keys of :data:`MODEL_SIZES`) whose shape ``model`` (``config.model``) has
+    in every key the size sets, or None."""
+    for name in names:
+        if all(model[k] == v for k, v in MODEL_SIZES[name].items()):
+            return name
+    return None

@@ -6,20 +6,32 @@ from jax.sharding import PartitionSpec as P
 
 from edge_jax.config import load_config
 from edge_jax.models import DecoderLM, ModelConfig
-from edge_jax.models.count import param_breakdown, report_params
-from edge_jax.models.presets import MEKI_PAPER, PAPER_PARAMS
+from edge_jax.models.count import PARAM_COMPARISONS, param_breakdown, report_params
+from edge_jax.papers.meki.params import DENSE_PARAMS, MEKI_PAPER
 from edge_jax.sharding import divisible_spec, make_mesh
 from edge_jax.train.optim import make_optimizer
 from edge_jax.train.state import abstract_train_state
 from edge_jax.train.step import make_train_step
 
 
-@pytest.mark.parametrize("size", sorted(PAPER_PARAMS))
+@pytest.mark.parametrize("size", sorted(DENSE_PARAMS))
 def test_paper_sizes_match_ram_params(size):
     cfg = load_config(f"configs/lm.py:size={size}")
     total = param_breakdown(ModelConfig.from_config(cfg.model))["total"]
-    assert abs(total / PAPER_PARAMS[size] - 1) <= 0.03
+    assert abs(total / DENSE_PARAMS[size] - 1) <= 0.03
     assert "within 3%" in report_params(cfg)
+
+
+def test_params_report_prints_the_registered_comparisons_after_the_counts():
+    """MeKi and PLM register theirs (edge_jax/papers/*/params.py); a shape no paper reports gets the counts alone."""
+    assert {"meki_table5", "plm_table1"} <= set(PARAM_COMPARISONS.names())
+    lines = report_params(load_config("configs/plm.py:size=1p8b")).splitlines()
+    assert [line.split(":")[0].strip() for line in lines] == [
+        "total (train)", "embedding", "lm_head", "non_embedding", "RAM params", "ROM weights",
+        "PLM total", "PLM embedding", "PLM other"]
+    assert all("within 3%" in line for line in lines[6:])
+    small = report_params(load_config("configs/lm.py:size=qwen3_0p6b", {"model.n_layers": 2, "model.d_ff": 512}))
+    assert len(small.splitlines()) == 6 and "paper" not in small
 
 
 def test_paper_step_shards_and_traces_abstractly():

@@ -6,11 +6,13 @@ policy ``none``) and cells that use it load it (``scoutgate.from_dir``).
 """
 from __future__ import annotations
 
+from edge_jax.grid.paper import PaperGrid
 from edge_jax.papers.expert_cache.config import base_config
 from edge_jax.papers.expert_cache.engine import CACHE_POLICIES
 
-PRESETS = ("tiny",)
-BASE = "configs/cache.py"
+GRID = PaperGrid({"tiny": "configs/cache.py"})
+PRESETS = GRID.presets
+BASE = GRID.base("tiny")
 METRIC = "stall_ms_per_token"
 EXTRA_METRICS = ["vram_hit_pct", "ram_hit_pct", "nvme_pct", "gb_to_vram", "gb_to_ram", "prefetch_gb_vram",
                  "prefetch_gb_ram", "scoutgate_recall_at_k", "ewma_recall_at_k", "accesses_per_s"]
@@ -22,13 +24,12 @@ PAPER = {"metric": "none: the paper's results section is empty", "values": {}, "
          "source": "two-tier MoE expert cache paper, §5 (empty); these are the first published numbers"}
 
 
-def check_preset(preset: str) -> None:
-    if preset not in PRESETS:
-        raise ValueError(f"unknown preset {preset!r}; valid presets: {', '.join(PRESETS)}")
+check_preset = GRID.check
 
 
 def stages() -> dict:
-    return {f"scout_{t}": {"base": f"{BASE}:policy=none", "overrides": dict(o)} for t, o in TRACES.items()}
+    base = GRID.base("tiny", "policy=none")
+    return {f"scout_{t}": {"base": base, "overrides": dict(o)} for t, o in TRACES.items()}
 
 
 def reads_scout(policy: str, eta: float | None = None) -> bool:

@@ -6,7 +6,8 @@ is the default MeKi or the dense baseline has the same config in every grid and 
 """
 from __future__ import annotations
 
-PRESETS = ("tiny", "paper")
+from edge_jax.grid.paper import PaperGrid
+
 BASELINE = {"model.memory": "none"}
 MEKI = {}  # the base config is MeKi with the paper's choices
 # tiny_plus from models/presets.py as overrides, so it can be a cell next to tiny (d_mem = d_model / 2).
@@ -42,11 +43,9 @@ TINY_NOTES = (
     "orderings are compared."
 )
 
-
-def base(preset: str) -> tuple[str, dict]:
-    if preset not in PRESETS:
-        raise ValueError(f"unknown preset {preset!r}; valid presets: {', '.join(PRESETS)}")
-    return ("configs/meki.py:size=tiny", {}) if preset == "tiny" else ("configs/meki.py:size=qwen3_0p6b", {})
+GRID = PaperGrid({"tiny": "configs/meki.py:size=tiny", "paper": "configs/meki.py:size=qwen3_0p6b"},
+                 notes={"tiny": TINY_NOTES})
+PRESETS = GRID.presets
 
 
 def meki_grid(preset: str, *, name: str, title: str, cells: dict, paper: dict, notes: str = "",
@@ -54,15 +53,13 @@ def meki_grid(preset: str, *, name: str, title: str, cells: dict, paper: dict, n
     """A grid dict (see edge_jax.grid.spec) over the MeKi base config of ``preset``: ranked by
     zero_shot_avg where the paper reports zero-shot accuracy, by val_loss otherwise; ``explanations``:
     the reasons for significant disagreements (``{"better>worse": "one line"}``)."""
-    base_spec, base_overrides = base(preset)
-    if preset == "tiny":
-        base_overrides = {**base_overrides, "eval.limit": TINY_ZERO_SHOT_LIMIT}
+    base_overrides = {"eval.limit": TINY_ZERO_SHOT_LIMIT} if preset == "tiny" else {}
     zero_shot = paper["metric"] == ZERO_SHOT
     return {
-        "name": name, "title": title, "base": base_spec, "base_overrides": base_overrides,
+        "name": name, "title": title, "base": GRID.base(preset), "base_overrides": base_overrides,
         "cells": cells, "metric": "zero_shot_avg" if zero_shot else "val_loss", "lower_is_better": not zero_shot,
         "extra_metrics": ["val_loss", *EXTRA_METRICS] if zero_shot else ["zero_shot_avg", *EXTRA_METRICS],
         "zero_shot": ZERO_SHOT_TASKS[preset],
-        "paper": paper, "notes": " ".join(n for n in (notes, TINY_NOTES if preset == "tiny" else "") if n),
+        "paper": paper, "notes": GRID.notes(preset, notes),
         "explanations": explanations or {},
     }

@@ -12,7 +12,8 @@ runtime), so every cell does the same work and only the static shapes differ.
 """
 from __future__ import annotations
 
-PRESETS = ("tiny", "paper")
+from edge_jax.grid.paper import PaperGrid
+
 METRIC = "moe/ms_per_token"
 EXTRA_METRICS = ["moe/padding_pct", "moe/drop_pct", "moe/fallback_pct", "moe/calls_per_layer",
                  "moe/val_loss_change_pct", "moe/accuracy_change", "moe/val_loss", "moe/dropless_val_loss",
@@ -33,37 +34,34 @@ TABLE5_PAPER_MS = {"g1_c32": 0.31, "g4_c32": 0.27, "g8_c32": 0.26, "g1_c64": 0.2
                    "g8_c64": 0.18, "g1_c128": 0.16}
 
 
-def _spec(preset: str) -> str:
-    if preset not in PRESETS:
-        raise ValueError(f"unknown preset {preset!r}; valid presets: {', '.join(PRESETS)}")
-    return f"configs/npumoe.py:size={preset}"
-
-
 def cell(**moe) -> dict:
     """An evaluation of the seed's trained MoE LM with these ``moe.*`` settings."""
     return {**EVAL_ONLY, **{f"moe.{k}": v for k, v in moe.items()}}
 
 
-def notes(preset: str, text: str) -> str:
-    tiny = ("Tiny preset: a 4-layer MoE LM (d 128, 16 SwiGLU experts of width 128, top-2 in every layer) "
-            "trained per seed for 600 steps on the Python standard library corpus (configs/npumoe.py). Each "
-            "cell evaluates it on 4 validation batches of 16 x 256 tokens in prefill chunks (default 512 "
-            "tokens, so the base capacity chunk*k/E is 64 as for PhiMoE at chunk 512), after calibrating on 4 "
-            "training batches when it needs loads. ms/token: the MoE layers alone, run by the NPUMoE "
-            "runtime (one jitted call per static group, cold experts on the host CPU) on one batch of real "
-            "hidden states, median of 10 rounds, on a 2-core CPU; cells run one after "
-            "another, so for speed ratios prefer the benchmark (edge-jax bench moe, one interleaved run). "
-            "Loss and accuracy changes are against dropless execution of the same weights.")
-    return " ".join(t for t in (text, tiny if preset == "tiny" else "") if t)
+# Every grid's notes end with these at the tiny preset.
+TINY_NOTES = ("Tiny preset: a 4-layer MoE LM (d 128, 16 SwiGLU experts of width 128, top-2 in every layer) "
+              "trained per seed for 600 steps on the Python standard library corpus (configs/npumoe.py). Each "
+              "cell evaluates it on 4 validation batches of 16 x 256 tokens in prefill chunks (default 512 "
+              "tokens, so the base capacity chunk*k/E is 64 as for PhiMoE at chunk 512), after calibrating on 4 "
+              "training batches when it needs loads. ms/token: the MoE layers alone, run by the NPUMoE "
+              "runtime (one jitted call per static group, cold experts on the host CPU) on one batch of real "
+              "hidden states, median of 10 rounds, on a 2-core CPU; cells run one after "
+              "another, so for speed ratios prefer the benchmark (edge-jax bench moe, one interleaved run). "
+              "Loss and accuracy changes are against dropless execution of the same weights.")
+GRID = PaperGrid({"tiny": "configs/npumoe.py:size=tiny", "paper": "configs/npumoe.py:size=paper"},
+                 notes={"tiny": TINY_NOTES})
+PRESETS = GRID.presets
+notes = GRID.notes  # notes(preset, text): the grid's text, then TINY_NOTES at the tiny preset
 
 
 def grid(preset: str, name: str, title: str, cells: dict, paper: dict, text: str, metric: str = METRIC,
          lower_is_better: bool = True, explanations: dict | None = None) -> dict:
     extra = [m for m in [METRIC] + EXTRA_METRICS if m != metric]
     return {
-        "name": name, "title": title, "base": _spec(preset),
+        "name": name, "title": title, "base": GRID.base(preset),
         "base_overrides": {"train.eval_batches": 4, "moe.time_batches": 1, "moe.calib_batches": 4},
-        "stages": {"moe": {"base": _spec(preset)}},
+        "stages": {"moe": {"base": GRID.base(preset)}},
         "cells": cells, "metric": metric, "lower_is_better": lower_is_better, "extra_metrics": extra,
         "paper": paper, "notes": notes(preset, text), "explanations": explanations or {},
     }

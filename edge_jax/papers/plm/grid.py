@@ -5,7 +5,8 @@ same config in every grid and is trained once (the runner reuses identical runs 
 """
 from __future__ import annotations
 
-PRESETS = ("tiny", "paper")
+from edge_jax.grid.paper import PaperGrid
+
 SIZE = {"tiny": "tiny", "paper": "1p8b"}
 
 # Zero-shot tasks scored after every cell (edge_jax.eval; grid key "zero_shot" adds the zero_shot_avg
@@ -25,11 +26,9 @@ TINY_NOTES = (
     "4-way, chance 0.25; docs/eval.md)."
 )
 
-
-def base(preset: str) -> str:
-    if preset not in PRESETS:
-        raise ValueError(f"unknown preset {preset!r}; valid presets: {', '.join(PRESETS)}")
-    return f"configs/plm.py:size={SIZE[preset]}"
+GRID = PaperGrid({preset: f"configs/plm.py:size={size}" for preset, size in SIZE.items()}, notes={"tiny": TINY_NOTES})
+PRESETS = GRID.presets
+base, notes = GRID.base, GRID.notes  # base(preset), notes(preset, text): the grid's text, then TINY_NOTES
 
 
 def variant(preset: str, attention: str = "mla", ffn: str = "relu2") -> dict:
@@ -38,10 +37,6 @@ def variant(preset: str, attention: str = "mla", ffn: str = "relu2") -> dict:
     from edge_jax.papers.plm.variants import plm_variant
     model = sized_config(f"plm_{SIZE[preset]}").model
     return {f"model.{k}": v for k, v in plm_variant(model, attention, ffn).items()}
-
-
-def notes(preset: str, text: str) -> str:
-    return " ".join(t for t in (text, TINY_NOTES if preset == "tiny" else "") if t)
 
 
 def zero_shot(preset: str, grid: dict) -> dict:
