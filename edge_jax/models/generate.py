@@ -1,4 +1,5 @@
-"""Greedy decoding by full re-forward (the simple reference; KV-cache decoders come with later papers).
+"""Greedy decoding by full re-forward: the simple reference that runs any model (the KV-cache decoder is
+:mod:`edge_jax.infer.decode`, checked against this one).
 
 Prompts are left-aligned in a fixed ``[B, L]`` buffer so one compiled function serves every step:
 causality means the padding after a prompt never affects the logits read at its last position.
