@@ -7,7 +7,8 @@ stage. The seed also draws the evaluation prompts, so seeds differ in data.
 """
 from __future__ import annotations
 
-PRESETS = ("tiny", "paper")
+from edge_jax.grid.paper import PaperGrid
+
 # Exact match (percent, mean over tasks and lengths) is the score, as in the paper; the gold answer's
 # NLL (longctx/answer_nll) stands beside it as a graded score.
 METRIC = "longctx/overall"
@@ -36,27 +37,17 @@ EXTRA_METRICS = ["longctx/answer_nll"] + [f"longctx/{c}" for c in CATEGORIES] + 
     "longctx/seconds"]
 
 
-def _spec(preset: str, arg: str = "") -> str:
-    if preset not in PRESETS:
-        raise ValueError(f"unknown preset {preset!r}; valid presets: {', '.join(PRESETS)}")
-    return f"configs/edgeinfinite.py:size={preset}{',' + arg if arg else ''}"
-
-
 def stages(preset: str) -> dict:
     """The base LM once (tiny: the copy schedule twice, then base from its weights), the gate per seed."""
-    base = {"base": _spec(preset, "stage=base"), "shared": True}
+    base = {"base": GRID.base(preset, "stage=base"), "shared": True}
     copy = {}
     if preset == "tiny":
-        copy = {"copy": {"base": _spec(preset, "stage=copy"), "shared": True},
-                "copy2": {"base": _spec(preset, "stage=copy"), "shared": True,
+        copy = {"copy": {"base": GRID.base(preset, "stage=copy"), "shared": True},
+                "copy2": {"base": GRID.base(preset, "stage=copy"), "shared": True,
                           "overrides": {"init_from": "{stage:copy}"}}}
         base["overrides"] = {"init_from": "{stage:copy2}"}
     return {**copy, "base": base,
-            "gate": {"base": _spec(preset), "overrides": {"init_from": "{stage:base}", "longctx.method": ""}}}
-
-
-def base(preset: str) -> str:
-    return _spec(preset)
+            "gate": {"base": GRID.base(preset), "overrides": {"init_from": "{stage:base}", "longctx.method": ""}}}
 
 
 EVAL_ONLY = {"train.steps": 0}
@@ -72,23 +63,25 @@ def baseline_cell(method: str) -> dict:
             "longctx.method": method}
 
 
-def notes(preset: str, text: str) -> str:
-    tiny = ("Tiny preset: the dense tiny LM (d 128, 4 layers, byte tokens, RoPE base 10,000) trained once on "
-            "512-token windows that each hold one whole document, in three schedules, each from the last one's "
-            "weights (the shared stages copy, copy2 and base): twice 1,500 steps on longctx documents (retrieval "
-            "drills and examples weighted to passkey and multikey) and as many copies documents (random strings "
-            "written 2-4 times in a row, which teach the copying retrieval needs), then 1,000 steps on longctx "
-            "and as many drills documents (retrieval drills alone: many key-value lookups); then checked inside "
-            "its window: "
-            "base/inwindow/* is its exact match in percent on passkey (single_needle) and multikey (multi_key) "
-            "prompts of 384 and 500 tokens with full attention. EdgeInfinite's gate (per-head MLP of 32, one gate "
-            "logit per head) trained for 150 steps on 800-token windows with sink 32, window 32, segment 128, on "
-            "the frozen base, per seed. Every method keeps at most 192 KV slots per layer after prefill (FullKV "
-            "keeps all). The table ranks by exact match in percent (longctx/overall); longctx/answer_nll is the "
-            "gold answer's NLL in nats per token. Both over 5 tasks x 3 lengths (2,111, 4,159 and 8,255 tokens: "
-            "4, 8 and 16 x the base's window, each where dropping the window compresses one more segment) x 2 "
-            "prompts drawn with the seed.")
-    return " ".join(t for t in (text, tiny if preset == "tiny" else "") if t)
+TINY_NOTES = ("Tiny preset: the dense tiny LM (d 128, 4 layers, byte tokens, RoPE base 10,000) trained once on "
+              "512-token windows that each hold one whole document, in three schedules, each from the last one's "
+              "weights (the shared stages copy, copy2 and base): twice 1,500 steps on longctx documents (retrieval "
+              "drills and examples weighted to passkey and multikey) and as many copies documents (random strings "
+              "written 2-4 times in a row, which teach the copying retrieval needs), then 1,000 steps on longctx "
+              "and as many drills documents (retrieval drills alone: many key-value lookups); then checked inside "
+              "its window: "
+              "base/inwindow/* is its exact match in percent on passkey (single_needle) and multikey (multi_key) "
+              "prompts of 384 and 500 tokens with full attention. EdgeInfinite's gate (per-head MLP of 32, one gate "
+              "logit per head) trained for 150 steps on 800-token windows with sink 32, window 32, segment 128, on "
+              "the frozen base, per seed. Every method keeps at most 192 KV slots per layer after prefill (FullKV "
+              "keeps all). The table ranks by exact match in percent (longctx/overall); longctx/answer_nll is the "
+              "gold answer's NLL in nats per token. Both over 5 tasks x 3 lengths (2,111, 4,159 and 8,255 tokens: "
+              "4, 8 and 16 x the base's window, each where dropping the window compresses one more segment) x 2 "
+              "prompts drawn with the seed.")
+GRID = PaperGrid({"tiny": "configs/edgeinfinite.py:size=tiny", "paper": "configs/edgeinfinite.py:size=paper"},
+                 notes={"tiny": TINY_NOTES})
+PRESETS = GRID.presets
+base, notes = GRID.base, GRID.notes
 
 
 # Reasons for orderings that come out against the paper (shown where a pair disagrees significantly: on exact
