@@ -1,8 +1,8 @@
 """Parameter counts from abstract shapes (``jax.eval_shape``: nothing is allocated).
 
 ``edge-jax params`` prints :func:`report_params`: our counts, then the lines of every comparison
-registered in :data:`PARAM_COMPARISONS` (a paper registers one beside its reported counts, e.g.
-``edge_jax/papers/meki/params.py``)."""
+registered in :data:`PARAM_COMPARISONS` (a paper registers one beside the counts it reports, in
+its own package)."""
 from __future__ import annotations
 
 from functools import partial
