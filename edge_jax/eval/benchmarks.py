@@ -10,6 +10,7 @@ from __future__ import annotations
 import re
 
 from edge_jax.eval.tasks import GROUPS, ZERO_SHOT_TASKS, Format, Task
+from edge_jax.eval.validate import Choices, Index, Key, Labels, Text
 
 TFDS_PREFIX = "tfds:"
 
@@ -24,10 +25,23 @@ def _loader(name: str, fields: tuple[str, ...]):
     return load
 
 
-def _register(name: str, fmt: Format, fields: tuple[str, ...], eval_split: str, fewshot_split: str | None,
+def _register(name: str, fmt: Format, schema: tuple, eval_split: str, fewshot_split: str | None,
               version: str, description: str = "") -> None:
+    """One benchmark; ``schema`` lists what its format reads, checked in this order (a count or label
+    field before what refers to it); the loader requires those fields."""
+    fields = tuple(c.field for c in schema)
     ZERO_SHOT_TASKS.register(name, Task(name, fmt, _loader(name, fields), eval_split, fewshot_split,
-                              f"lm-eval {name} v{version}", description=description))
+                                        f"lm-eval {name} v{version}", description=description, schema=schema))
+
+
+def _arc(question: str) -> tuple:
+    return (Text(question), Choices("choices.text"), Labels("choices.label", "choices.text"),
+            Key("answerKey", "choices.label"))
+
+
+def _last_word(text: str) -> bool:
+    words = text.split(" ")
+    return len(words) > 1 and bool(words[-1]) and bool(" ".join(words[:-1]).strip())
 
 
 # ARC (allenai/ai2_arc), OpenBookQA (allenai/openbookqa): letter- or digit-labelled choices.
@@ -38,12 +52,13 @@ def _arc_gold(doc: dict, key: str = "answerKey") -> int:
 for _name in ("arc_easy", "arc_challenge"):
     _register(_name, Format("multiple_choice", lambda d: f"Question: {d['question']}\nAnswer:", _arc_gold,
                             lambda d: list(d["choices"]["text"])),
-              ("question", "choices.text", "choices.label", "answerKey"), "test", "train", "1.0",
+              _arc("question"), "test", "train", "1.0",
               description=f"AI2 ARC {'Easy' if _name == 'arc_easy' else 'Challenge'}")
 
 _register("boolq", Format("multiple_choice", lambda d: f"{d['passage']}\nQuestion: {d['question']}?\nAnswer:",
                           lambda d: int(d["label"]), lambda d: ["no", "yes"]),
-          ("passage", "question", "label"), "validation", "train", "2.0", description="SuperGLUE BoolQ")
+          (Text("passage"), Text("question"), Index("label", 2)), "validation", "train", "2.0",
+          description="SuperGLUE BoolQ")
 
 
 def _lower_first(choice: str) -> str:
@@ -55,8 +70,9 @@ _register("copa", Format(
     lambda d: d["premise"].strip()[:-1] + " " + {"cause": "because", "effect": "therefore"}[d["question"]],
     lambda d: int(d["label"]),
     lambda d: [" " + _lower_first(d["choice1"]), " " + _lower_first(d["choice2"])]),
-    ("premise", "choice1", "choice2", "question", "label"), "validation", "train", "1.0",
-    description="SuperGLUE COPA")
+    (Text("premise"), Text("choice1"), Text("choice2"),
+     Text("question", rule=(lambda q: q in ("cause", "effect"), '"cause" or "effect"')), Index("label", 2)),
+    "validation", "train", "1.0", description="SuperGLUE COPA")
 
 
 def _hellaswag_clean(text: str) -> str:
@@ -70,27 +86,30 @@ def _hellaswag_query(doc: dict) -> str:
 
 _register("hellaswag", Format("multiple_choice", _hellaswag_query, lambda d: int(d["label"]),
                               lambda d: [_hellaswag_clean(e) for e in d["endings"]]),
-          ("activity_label", "ctx_a", "ctx_b", "endings", "label"), "validation", "train", "1.0",
+          (Text("activity_label"), Text("ctx_a", empty=True), Text("ctx_b", empty=True), Choices("endings"),
+           Index("label", "endings", noun="endings")), "validation", "train", "1.0",
           description="HellaSwag")
 
 _register("lambada_openai", Format("loglikelihood", lambda d: " ".join(d["text"].split(" ")[:-1]),
                                    lambda d: " " + d["text"].split(" ")[-1], target_delimiter=""),
-          ("text",), "test", None, "1.0", description="LAMBADA (OpenAI's detokenised test set)")
+          (Text("text", rule=(_last_word, "a passage whose last word (after its last space) is the word to predict")),),
+          "test", None, "1.0", description="LAMBADA (OpenAI's detokenised test set)")
 
 _register("openbookqa", Format("multiple_choice", lambda d: d["question_stem"], _arc_gold,
                                lambda d: list(d["choices"]["text"])),
-          ("question_stem", "choices.text", "choices.label", "answerKey"), "test", "train", "1.0",
+          _arc("question_stem"), "test", "train", "1.0",
           description="OpenBookQA (main)")
 
 _register("piqa", Format("multiple_choice", lambda d: f"Question: {d['goal']}\nAnswer:", lambda d: int(d["label"]),
                          lambda d: [d["sol1"], d["sol2"]]),
-          ("goal", "sol1", "sol2", "label"), "validation", "train", "1.0", description="PIQA")
+          (Text("goal"), Text("sol1"), Text("sol2"), Index("label", 2)), "validation", "train", "1.0",
+          description="PIQA")
 
 _register("sciq", Format("multiple_choice", lambda d: f"{d['support'].lstrip()}\nQuestion: {d['question']}\nAnswer:",
                          lambda d: 3, lambda d: [d["distractor1"], d["distractor2"], d["distractor3"],
                                                  d["correct_answer"]]),
-          ("support", "question", "distractor1", "distractor2", "distractor3", "correct_answer"), "test", "train",
-          "1.0", description="SciQ")
+          (Text("support", empty=True), Text("question"), Text("distractor1"), Text("distractor2"),
+           Text("distractor3"), Text("correct_answer")), "test", "train", "1.0", description="SciQ")
 
 
 def _blank(doc: dict) -> int:
@@ -102,7 +121,8 @@ _register("winogrande", Format(
     lambda d: {"1": 0, "2": 1}[str(d["answer"])],
     lambda d: d["sentence"][_blank(d) + 1:].strip(),
     lambda d: [d["sentence"][:_blank(d)] + d["option1"], d["sentence"][:_blank(d)] + d["option2"]]),
-    ("sentence", "option1", "option2", "answer"), "validation", "train", "1.0",
+    (Text("sentence", rule=(lambda s: "_" in s, "a sentence with a '_' blank for the options")),
+     Text("option1"), Text("option2"), Index("answer", 2, first=1, noun="options")), "validation", "train", "1.0",
     description="WinoGrande (winogrande_xl)")
 
 TEN_BENCHMARKS = ("arc_easy", "arc_challenge", "boolq", "copa", "hellaswag", "lambada_openai", "openbookqa", "piqa",

@@ -31,7 +31,7 @@ import os
 import random
 
 from edge_jax.eval.tasks import GROUPS, ZERO_SHOT_TASKS, BuiltinSource, Format, Task, TaskError
-from edge_jax.eval.validate import check_documents
+from edge_jax.eval.validate import Choices, Index, Text, check_documents
 
 SEED = 0
 FACTS_DOCS, CODE_DOCS, LONGCTX_DOCS = 1200, 1000, 200
@@ -179,13 +179,16 @@ def _load_longctx(source: BuiltinSource, split: str) -> list[dict]:
                                           for _ in range(LONGCTX_DOCS)])
 
 
+# What every built-in task's format reads: a context, non-empty choices, a gold index among them.
+_SCHEMA = (Text("text", empty=True), Choices("choices"), Index("gold", "choices"))
 ZERO_SHOT_TASKS.register("facts_mc", Task("facts_mc", _question_format(), _load_facts, "test", "train", "edge_jax facts_mc v2",
-                                builtin=True, description="facts corpus, held-out question wordings"))
+                                builtin=True, description="facts corpus, held-out question wordings", schema=_SCHEMA))
 ZERO_SHOT_TASKS.register("code_cloze", Task("code_cloze", Format("multiple_choice", lambda d: d["text"], lambda d: d["gold"],
                                                        lambda d: d["choices"], target_delimiter=""),
                                   _load_code, "test", None, "edge_jax code_cloze v1", builtin=True,
-                                  description="next line of a held-out pystdlib file"))
+                                  description="next line of a held-out pystdlib file", schema=_SCHEMA))
 ZERO_SHOT_TASKS.register("longctx_mc", Task("longctx_mc", _question_format(), _load_longctx, "test", None,
                                   "edge_jax longctx_mc v1", builtin=True,
-                                  description="a key's value after filler, among the other keys' values"))
+                                  description="a key's value after filler, among the other keys' values",
+                                  schema=_SCHEMA))
 GROUPS["builtin"] = ("facts_mc", "code_cloze", "longctx_mc")

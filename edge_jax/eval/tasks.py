@@ -82,8 +82,10 @@ class Task:
     loader checks the documents with :func:`edge_jax.eval.validate.check_documents`, so a document
     the format cannot score is an error naming where it is, never a wrong score);
     ``eval_split`` is scored, ``fewshot_split`` supplies shots (None: no few-shot); ``version``
-    names the prompt format (lm-eval's task and version for the ten MeKi tasks). Chance level is
-    computed from the documents (the mean of 1 / number of choices)."""
+    names the prompt format (lm-eval's task and version for the ten published benchmarks); ``schema``:
+    what the format reads from a document, checked in order as it loads (:mod:`edge_jax.eval.validate`'s
+    checks; empty: only the loader's required fields). Chance level is computed from the documents (the
+    mean of 1 / number of choices)."""
     name: str
     format: Format
     load: Callable[[Any, str], list[dict]]
@@ -92,6 +94,7 @@ class Task:
     version: str
     builtin: bool = False
     description: str = ""
+    schema: tuple = ()
 
 
 @dataclasses.dataclass(frozen=True)

@@ -1,6 +1,6 @@
 """Checks of zero-shot task documents as they load, before anything is scored.
 
-Every task names, in :data:`SCHEMAS`, what its prompt format reads from a document and what each
+Every task names, in its ``Task.schema`` (a tuple of the checks below), what its prompt format reads from a document and what each
 field must hold: text (a string; non-empty where a prompt needs it), choices (a non-empty list of
 non-empty strings), a gold index (an integer, or a string of one where the published data has
 strings, within the number of choices), a gold key among the choice labels (ARC, OpenBookQA).
@@ -151,44 +151,14 @@ class Key:
 Check = Text | Choices | Labels | Index | Key
 
 
-def _last_word(text: str) -> bool:
-    words = text.split(" ")
-    return len(words) > 1 and bool(words[-1]) and bool(" ".join(words[:-1]).strip())
-
-
-def _arc(question: str) -> tuple[Check, ...]:
-    return (Text(question), Choices("choices.text"), Labels("choices.label", "choices.text"),
-            Key("answerKey", "choices.label"))
-
-
-_BUILTIN = (Text("text", empty=True), Choices("choices"), Index("gold", "choices"))
-
-# task -> what its format reads, checked in this order (a count or label field before what refers to it)
-SCHEMAS: dict[str, tuple[Check, ...]] = {
-    "arc_easy": _arc("question"),
-    "arc_challenge": _arc("question"),
-    "boolq": (Text("passage"), Text("question"), Index("label", 2)),
-    "copa": (Text("premise"), Text("choice1"), Text("choice2"),
-             Text("question", rule=(lambda q: q in ("cause", "effect"), '"cause" or "effect"')), Index("label", 2)),
-    "hellaswag": (Text("activity_label"), Text("ctx_a", empty=True), Text("ctx_b", empty=True), Choices("endings"),
-                  Index("label", "endings", noun="endings")),
-    "lambada_openai": (Text("text", rule=(_last_word, "a passage whose last word (after its last space) is the "
-                                                      "word to predict")),),
-    "openbookqa": _arc("question_stem"),
-    "piqa": (Text("goal"), Text("sol1"), Text("sol2"), Index("label", 2)),
-    "sciq": (Text("support", empty=True), Text("question"), Text("distractor1"), Text("distractor2"),
-             Text("distractor3"), Text("correct_answer")),
-    "winogrande": (Text("sentence", rule=(lambda s: "_" in s, "a sentence with a '_' blank for the options")),
-                   Text("option1"), Text("option2"), Index("answer", 2, first=1, noun="options")),
-    "facts_mc": _BUILTIN,
-    "code_cloze": _BUILTIN,
-    "longctx_mc": _BUILTIN,
-}
+def schema(task: str) -> tuple | None:
+    """The checks of a registered ``task`` (its ``Task.schema``), None for a task without any."""
+    return (ZERO_SHOT_TASKS.get(task).schema or None) if task in ZERO_SHOT_TASKS else None
 
 
 def fields(task: str) -> tuple[str, ...]:
     """The fields ``task``'s format reads (its schema's), in order."""
-    return tuple(c.field for c in SCHEMAS.get(task, ()))
+    return tuple(c.field for c in schema(task) or ())
 
 
 def _format_problem(fmt: Format, doc: dict) -> str | None:
@@ -216,7 +186,7 @@ def problem(task: str, doc: Any, required: Sequence[str] = ()) -> str | None:
     format builds."""
     if not isinstance(doc, dict):
         return f"is {show(doc)}, not an object with the task's fields"
-    checks = SCHEMAS.get(task)
+    checks = schema(task)
     layout = ", ".join(fields(task) if checks is not None else required)
     for field, check in [(c.field, c) for c in checks] if checks is not None else [(f, None) for f in required]:
         value, missing = lookup(doc, field)
