@@ -160,9 +160,9 @@ class StreamingSession(CacheSession):
         if n <= self.budget:
             return
         B, G, _ = self.caches[0]["pos"].shape
-        idx_BN, _ = streaming_indices(jnp.full((B,), n), self.sink, self.budget - self.sink, n)
-        idx_BGN = jnp.broadcast_to(idx_BN[:, None], (B, G, self.budget))
-        self.caches = [self._kept(c, take_slots(c, idx_BGN)) for c in self.caches]
+        idx_BP, _ = streaming_indices(jnp.full((B,), n), self.sink, self.budget - self.sink, n)
+        idx_BGP = jnp.broadcast_to(idx_BP[:, None], (B, G, self.budget))
+        self.caches = [self._kept(c, take_slots(c, idx_BGP)) for c in self.caches]
         self.next_slot = [self.budget] * self.cfg.n_layers
 
     def _kept(self, cache, kept):

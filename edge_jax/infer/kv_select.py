@@ -5,7 +5,7 @@ heads, each shared by H/G query heads). These functions choose which slots to ke
 They are pure and traceable: call them inside a jitted step, or jit them with the int/str arguments
 static (``jax.jit(snapkv_indices, static_argnames=("budget", "window", "kernel", "kind"))``). Shapes
 are static; a row that has fewer real slots than the budget gets padding entries, which point at
-slot 0 and are marked False in the returned validity mask (``keep_valid_BGN`` / ``valid_BN``).
+slot 0 and are marked False in the returned validity mask (``keep_valid_BGP`` / ``valid_BP``).
 
 * SnapKV (Li et al., 2024): the attention of the last ``window`` prompt queries (the observation
   window), summed over those queries and the query heads of a group, votes for the earlier slots;
@@ -117,8 +117,8 @@ def snapkv_indices(votes_BGS, valid_BS, budget: int, window: int, kernel: int = 
     candidates count as padding), in float32, and the top ``budget - window`` by pooled vote are kept,
     ties broken by the lower slot index. Invalid slots are never kept.
 
-    Returns ``(idx_BGN, keep_valid_BGN)`` with N = ``budget``: int32 slot indices, the real ones
-    sorted ascending and unique, first; ``keep_valid_BGN`` (bool) marks them. A row with
+    Returns ``(idx_BGP, keep_valid_BGP)`` with P = ``budget``: int32 slot indices, the real ones
+    sorted ascending and unique, first; ``keep_valid_BGP`` (bool) marks them. A row with
     n_b <= budget valid slots keeps all of them; its remaining budget - n_b entries point at slot 0
     and are False. ValueError if budget <= 0 or window is not in 0..budget.
     """
@@ -151,11 +151,11 @@ def snapkv_indices(votes_BGS, valid_BS, budget: int, window: int, kernel: int = 
         val_BGk, idx_BGk = jax.lax.top_k(score_BGS, k)  # equal scores: lower index first
         parts_idx.append(idx_BGk.astype(jnp.int32))
         parts_ok.append(val_BGk > -jnp.inf)
-    idx_BGN = jnp.concatenate(parts_idx, axis=-1)
-    ok_BGN = jnp.concatenate(parts_ok, axis=-1)
-    key_BGN = jnp.sort(jnp.where(ok_BGN, idx_BGN, Sp + jnp.arange(budget, dtype=jnp.int32)), axis=-1)
-    keep_valid_BGN = key_BGN < Sp
-    return jnp.where(keep_valid_BGN, key_BGN, 0), keep_valid_BGN
+    idx_BGP = jnp.concatenate(parts_idx, axis=-1)
+    ok_BGP = jnp.concatenate(parts_ok, axis=-1)
+    key_BGP = jnp.sort(jnp.where(ok_BGP, idx_BGP, Sp + jnp.arange(budget, dtype=jnp.int32)), axis=-1)
+    keep_valid_BGP = key_BGP < Sp
+    return jnp.where(keep_valid_BGP, key_BGP, 0), keep_valid_BGP
 
 
 def snapkv_indices_reference(votes_BGS, valid_BS, budget: int, window: int, kernel: int = 7, kind: str = "max"):
@@ -213,57 +213,57 @@ def pyramid_budgets(n_layers: int, avg_budget: int, window: int, beta: float = 2
     return [kl + window for kl in ks]
 
 
-def gather_kv(x_BSGK, idx_BGN):
-    """Per-group slot gather: ``out[b, n, g, ...] = x[b, idx[b, g, n], g, ...]``.
+def gather_kv(x_BSGK, idx_BGP):
+    """Per-group slot gather: ``out[b, p, g, ...] = x[b, idx[b, g, p], g, ...]``.
 
-    ``x_BSGK`` [B, S, G, K] (any trailing dims after G), ``idx_BGN`` int [B, G, N]; returns
-    [B, N, G, K] in x's dtype. For indices shared by all groups (StreamingLLM's ``idx_BN``) pass
-    ``jnp.broadcast_to(idx_BN[:, None], (B, G, N))``.
+    ``x_BSGK`` [B, S, G, K] (any trailing dims after G), ``idx_BGP`` int [B, G, P]; returns
+    [B, P, G, K] in x's dtype. For indices shared by all groups (StreamingLLM's ``idx_BP``) pass
+    ``jnp.broadcast_to(idx_BP[:, None], (B, G, P))``.
     """
-    idx_BNG = jnp.swapaxes(idx_BGN, 1, 2)
-    idx = idx_BNG.reshape(idx_BNG.shape + (1,) * (x_BSGK.ndim - 3))
+    idx_BPG = jnp.swapaxes(idx_BGP, 1, 2)
+    idx = idx_BPG.reshape(idx_BPG.shape + (1,) * (x_BSGK.ndim - 3))
     return jnp.take_along_axis(x_BSGK, idx, axis=1)
 
 
-def gather_per_group(x_BGS, idx_BGN):
-    """Per-group gather of a per-slot array: ``out[b, g, n] = x[b, g, idx[b, g, n]]`` -> [B, G, N].
+def gather_per_group(x_BGS, idx_BGP):
+    """Per-group gather of a per-slot array: ``out[b, g, p] = x[b, g, idx[b, g, p]]`` -> [B, G, P].
 
     ``x_BGS`` may also be [B, S] (shared by all groups, e.g. positions); it is broadcast to G.
     """
     if x_BGS.ndim == 2:
-        x_BGS = jnp.broadcast_to(x_BGS[:, None], (x_BGS.shape[0], idx_BGN.shape[1], x_BGS.shape[1]))
-    return jnp.take_along_axis(x_BGS, idx_BGN, axis=2)
+        x_BGS = jnp.broadcast_to(x_BGS[:, None], (x_BGS.shape[0], idx_BGP.shape[1], x_BGS.shape[1]))
+    return jnp.take_along_axis(x_BGS, idx_BGP, axis=2)
 
 
 def streaming_indices(n_valid_B, sink: int, recent: int, S: int):
     """StreamingLLM's kept slots: the first ``sink`` and the last ``recent`` of n_b valid slots 0..n_b-1.
 
-    Returns ``(idx_BN, valid_BN)`` with N = sink + recent: int32 indices ascending and unique where
-    valid. A row with n_b <= N keeps all its n_b slots (entries 0..n_b-1), the rest point at slot 0
+    Returns ``(idx_BP, valid_BP)`` with P = sink + recent: int32 indices ascending and unique where
+    valid. A row with n_b <= P keeps all its n_b slots (entries 0..n_b-1), the rest point at slot 0
     and are False. ``n_valid_B`` (int [B]) is clipped to 0..S. ValueError for negative sink/recent
     or sink + recent == 0.
     """
     if sink < 0 or recent < 0 or sink + recent == 0:
         raise ValueError(f"StreamingLLM needs sink >= 0, recent >= 0 and sink + recent > 0 "
                          f"(got sink={sink}, recent={recent}); raise sink or recent")
-    N = sink + recent
+    P = sink + recent
     n_B1 = jnp.clip(jnp.asarray(n_valid_B, jnp.int32), 0, S)[:, None]
-    j_1N = jnp.arange(N, dtype=jnp.int32)[None, :]
-    full_BN = jnp.where(j_1N < sink, j_1N, n_B1 - N + j_1N)  # n_b > N: sink head, then recent tail
-    short_BN = n_B1 <= N
-    idx_BN = jnp.where(short_BN, j_1N, full_BN)
-    valid_BN = jnp.where(short_BN, j_1N < n_B1, True)
-    return jnp.where(valid_BN, idx_BN, 0), valid_BN
+    j_1P = jnp.arange(P, dtype=jnp.int32)[None, :]
+    full_BP = jnp.where(j_1P < sink, j_1P, n_B1 - P + j_1P)  # n_b > P: sink head, then recent tail
+    short_BP = n_B1 <= P
+    idx_BP = jnp.where(short_BP, j_1P, full_BP)
+    valid_BP = jnp.where(short_BP, j_1P < n_B1, True)
+    return jnp.where(valid_BP, idx_BP, 0), valid_BP
 
 
 def streaming_indices_reference(n_valid_B, sink: int, recent: int, S: int):
     """:func:`streaming_indices` with lists: all n_b slots when they fit, else the first ``sink`` and
     the last ``recent``."""
-    N = sink + recent
+    P = sink + recent
     n_B = np.clip(np.asarray(n_valid_B), 0, S)
-    idx, ok = np.zeros((len(n_B), N), np.int32), np.zeros((len(n_B), N), bool)
+    idx, ok = np.zeros((len(n_B), P), np.int32), np.zeros((len(n_B), P), bool)
     for b, n in enumerate(n_B):
-        kept = list(range(n)) if n <= N else list(range(sink)) + list(range(n - recent, n))
+        kept = list(range(n)) if n <= P else list(range(sink)) + list(range(n - recent, n))
         idx[b, :len(kept)] = kept
         ok[b, :len(kept)] = True
     return jnp.asarray(idx), jnp.asarray(ok)

@@ -3,11 +3,11 @@ inference is built on.
 
 A layer's cache is a dict of fixed-capacity buffers (static shapes, so one compile serves a run)::
 
-    GQA    k, v     [B, P, G, K]   keys, values
-    MLA    c_kv     [B, P, d_c]    the latent (PLM eq. 8)
-           k_rope   [B, P, d_rope] the RoPE key shared by the heads
-    all    valid    [B, G, P]      the slots that hold a token (G = 1 for MLA and plain caches)
-           pos      [B, G, P]      the RoPE position each slot is read at (policy caches only)
+    GQA    k, v     [B, S, G, K]   keys, values
+    MLA    c_kv     [B, S, d_c]    the latent (PLM eq. 8)
+           k_rope   [B, S, d_rope] the RoPE key shared by the heads
+    all    valid    [B, G, S]      the slots that hold a token (G = 1 for MLA and plain caches)
+           pos      [B, G, S]      the RoPE position each slot is read at (policy caches only)
 
 A policy cache (with ``pos``) keeps keys before RoPE, so a policy may re-assign positions inside it
 (StreamingLLM, EdgeInfinite), and a position and flag per KV group, so it may keep other tokens for
@@ -93,19 +93,19 @@ def capacity(caches: list[dict]) -> int:
 def fill(cache: dict, stored: dict, start, count) -> dict:
     """A plain cache after a chunk of ``count`` tokens at positions ``start ..``: the layer's updated
     buffers (``stored``, :func:`apply_chunk`'s extras) and those slots marked filled."""
-    slot_P = jnp.arange(cache["valid"].shape[-1])
+    slot_S = jnp.arange(cache["valid"].shape[-1])
     return dict({name: stored[name] for name in value_arrays(cache)},
-                valid=cache["valid"] | ((slot_P >= start) & (slot_P < start + count)))
+                valid=cache["valid"] | ((slot_S >= start) & (slot_S < start + count)))
 
 
 @jax.jit
 def _write(cache: dict, new: dict, pos_BT, start, count):
     B, T = pos_BT.shape
-    G, P = cache["pos"].shape[1:]
+    G, S = cache["pos"].shape[1:]
     zero = jnp.zeros((), jnp.int32)
     real_BT = jnp.broadcast_to(jnp.arange(T) < count, (B, T))
     # padding rows must not overwrite real slots: keep the old contents where a row is padding
-    slot_T = jnp.clip(start + jnp.arange(T), 0, P - 1)
+    slot_T = jnp.clip(start + jnp.arange(T), 0, S - 1)
     out = {}
     for name, buf in value_arrays(cache).items():
         x = new[name]
@@ -139,16 +139,16 @@ def first_slots(cache: dict, count: int) -> dict:
     return {name: a[..., :count] if name in SLOT_ARRAYS else a[:, :count] for name, a in cache.items()}
 
 
-def take_slots(cache: dict, idx_BGN) -> dict:
-    """The policy cache's slots ``idx_BGN`` [B, G, N] of each group, in that order (N slots)."""
+def take_slots(cache: dict, idx_BGP) -> dict:
+    """The policy cache's slots ``idx_BGP`` [B, G, P] of each group, in that order (P slots)."""
     out = {}
     for name, a in cache.items():
         if name in SLOT_ARRAYS:
-            out[name] = gather_per_group(a, idx_BGN)
+            out[name] = gather_per_group(a, idx_BGP)
         elif a.ndim == 3:  # no group axis (MLA, one group)
-            out[name] = gather_kv(a[:, :, None], idx_BGN)[:, :, 0]
+            out[name] = gather_kv(a[:, :, None], idx_BGP)[:, :, 0]
         else:
-            out[name] = gather_kv(a, idx_BGN)
+            out[name] = gather_kv(a, idx_BGP)
     return out
 
 

@@ -47,13 +47,13 @@ def chunked_token_losses(h_BTD, w_DV, targets_BT, chunk: int):
     if chunk <= 0 or T % chunk:
         raise ValueError(f"loss chunk {chunk} does not divide the sequence length {T}; pick a divisor "
                          f"(train.loss_chunk)")
-    n = T // chunk
-    h_NBCD = h_BTD.reshape(B, n, chunk, D).swapaxes(0, 1)
-    t_NBC = targets_BT.reshape(B, n, chunk).swapaxes(0, 1)
+    O = T // chunk  # chunks of ``chunk`` positions each
+    h_OBTD = h_BTD.reshape(B, O, chunk, D).swapaxes(0, 1)
+    t_OBT = targets_BT.reshape(B, O, chunk).swapaxes(0, 1)
 
     @jax.checkpoint
-    def one(h_BCD, t_BC):
-        return token_losses(vocab_logits(h_BCD, w_DV), t_BC)
+    def one(h_BTD, t_BT):
+        return token_losses(vocab_logits(h_BTD, w_DV), t_BT)
 
-    losses_NBC = jax.lax.map(lambda a: one(*a), (h_NBCD, t_NBC))
-    return losses_NBC.swapaxes(0, 1).reshape(B, T)
+    losses_OBT = jax.lax.map(lambda a: one(*a), (h_OBTD, t_OBT))
+    return losses_OBT.swapaxes(0, 1).reshape(B, T)

@@ -2,17 +2,17 @@
 
 Every attention kind caches per token what its keys and values are made from, in fixed-capacity
 buffers with a validity flag per slot (the layouts: :mod:`edge_jax.infer.kv_state`): GQA keys and
-values [B, P, G, K]; MLA's latent ``c_kv`` [B, P, d_c] and shared RoPE key ``k_rope`` [B, P, d_rope],
-one group. :func:`join_cache` puts a chunk of T tokens at ``positions_BT`` beside the cache and
-builds the mask [B, G, T, S]: every valid slot, and the chunk causally. The attention kind then runs
+values [B, S, G, K]; MLA's latent ``c_kv`` [B, S, d_c] and shared RoPE key ``k_rope`` [B, S, d_rope],
+one group. :func:`join_cache` puts a chunk of T tokens at ``positions_BT`` beside the cache's S slots
+and builds the mask over the joined keys: every valid slot, and the chunk causally. The attention kind then runs
 its own softmax core over the joined arrays. Where the chunk goes depends on the cache:
 
-* a cache with ``pos`` [B, G, P] (a position per slot and KV group) holds keys before RoPE, read at
+* a cache with ``pos`` [B, G, S] (a position per slot and KV group) holds keys before RoPE, read at
   ``pos``, so a policy may re-assign positions (StreamingLLM, EdgeInfinite) or keep other tokens for
-  each KV head (SnapKV). The chunk is appended after its P slots (S = P + T); the caller writes the
+  each KV head (SnapKV). The chunk is appended after its S slots (mask [B, G, T, S + T]); the caller writes the
   chunk's arrays where its policy wants them.
 * a plain cache (no ``pos``) holds the token at position p in slot p, keys after RoPE: the chunk is
-  written in place at its positions (S = P) and the joined arrays are the updated cache. Decoding
+  written in place at its positions (mask [B, G, T, S]) and the joined arrays are the updated cache. Decoding
   thus pays neither RoPE over the cache nor a copy of it.
 
 :func:`context_attention` is GQA's use of it, with EdgeInfinite's memory as an option;
@@ -35,23 +35,24 @@ from edge_jax.layers.infini.compressive import (
 from edge_jax.layers.rope import apply_rope, rope_inv_freq
 
 
-def rope_per_group(x_BPGK, positions_BGP, theta: float):
+def rope_per_group(x_BSGK, positions_BGS, theta: float):
     """RoPE on cached keys whose slots have their own position in every group."""
-    rotate = jax.vmap(lambda x_BPK, p_BP: apply_rope(x_BPK[:, :, None], p_BP, theta)[:, :, 0],
+    rotate = jax.vmap(lambda x_BSK, p_BS: apply_rope(x_BSK[:, :, None], p_BS, theta)[:, :, 0],
                       in_axes=(2, 1), out_axes=2)
-    return rotate(x_BPGK, positions_BGP)
+    return rotate(x_BSGK, positions_BGS)
 
 
-def cache_mask(valid_BGP, T: int):
-    """[B, G, T, P + T]: every valid cache slot, then the chunk causally."""
-    B, G, P = valid_BGP.shape
-    prefix = jnp.broadcast_to(valid_BGP[:, :, None, :], (B, G, T, P))
+def cache_mask(valid_BGS, T: int):
+    """[B, G, T, S + T]: every valid cache slot, then the chunk causally."""
+    B, G, S = valid_BGS.shape
+    prefix = jnp.broadcast_to(valid_BGS[:, :, None, :], (B, G, T, S))
     own = jnp.broadcast_to(jnp.tril(jnp.ones((T, T), bool)), (B, G, T, T))
     return jnp.concatenate([prefix, own], axis=-1)
 
 
 def _rope(x, positions, theta: float, per_group: bool = False):
-    """RoPE on [B, P, G, K] or (no group axis, MLA) [B, P, K] at [B, P] or (``per_group``) [B, G, P]."""
+    """RoPE on [B, S, G, K] or (no group axis, MLA) [B, S, K] at [B, S] or (``per_group``) [B, G, S]
+    (a chunk's arrays: T for S)."""
     if x.ndim == 3:
         return _rope(x[:, :, None], positions, theta, per_group)[:, :, 0]
     return rope_per_group(x, positions, theta) if per_group else apply_rope(x, positions, theta)
@@ -100,23 +101,23 @@ def join_cache_reference(ctx: dict, new: dict, positions_BT, theta: float, rotat
     positions = np.asarray(positions_BT)
     valid = np.asarray(ctx["valid"])
     B, T = positions.shape
-    G, P = valid.shape[1:]
+    G, S = valid.shape[1:]
     appended = "pos" in ctx
-    S = P + T if appended else P
-    slot_BT = np.broadcast_to(P + np.arange(T), (B, T)) if appended else positions
+    S_joined = S + T if appended else S
+    slot_BT = np.broadcast_to(S + np.arange(T), (B, T)) if appended else positions
     joined = {}
     for name, x in new.items():
         dtype = x.dtype if appended else ctx[name].dtype
         cached = np.asarray(jnp.asarray(ctx[name], dtype).astype(jnp.float32))
         x = np.asarray(jnp.asarray(x, jnp.float32))
-        out = np.zeros((B, S) + cached.shape[2:], np.float32)
+        out = np.zeros((B, S_joined) + cached.shape[2:], np.float32)
         for b in range(B):
-            for p in range(P):
-                out[b, p] = cached[b, p]
+            for s in range(S):
+                out[b, s] = cached[b, s]
                 if name == rotate and appended:
                     for g in range(G):
-                        at = (b, p, g) if cached.ndim == 4 else (b, p)
-                        out[at] = _rotate_reference(cached[at], ctx["pos"][b, g, p], theta)
+                        at = (b, s, g) if cached.ndim == 4 else (b, s)
+                        out[at] = _rotate_reference(cached[at], ctx["pos"][b, g, s], theta)
             for t in range(T):
                 out[b, slot_BT[b, t]] = x[b, t]
                 if name == rotate:
@@ -125,31 +126,31 @@ def join_cache_reference(ctx: dict, new: dict, positions_BT, theta: float, rotat
                         out[at] = _rotate_reference(x[(b, t, g) if x.ndim == 4 else (b, t)], positions[b, t], theta)
         # rounded to the dtype as the fast path does (RoPE computes in float32)
         joined[name] = jnp.asarray(out, dtype)
-    mask = np.zeros((B, G, T, S), bool)
+    mask = np.zeros((B, G, T, S_joined), bool)
     for b in range(B):
         for g in range(G):
             for t in range(T):
-                for s in range(S):
+                for s in range(S_joined):
                     in_chunk = s in slot_BT[b] and list(slot_BT[b]).index(s) <= t
-                    before = s < P and valid[b, g, s] and (appended or s < slot_BT[b, 0])
+                    before = s < S and valid[b, g, s] and (appended or s < slot_BT[b, 0])
                     mask[b, g, t, s] = in_chunk or before
     return joined, jnp.asarray(mask), new if appended else joined
 
 
-def cache_votes(probs_BGRTS, groups: int, window: int, end):
+def cache_votes(probs_BGQTS, groups: int, window: int, end):
     """SnapKV's votes [B, groups, S]: the attention of the ``window`` queries before ``end``, summed
-    over them and over the query heads of each cache group (``probs`` has G attention groups of R
+    over them and over the query heads of each cache group (``probs`` has G attention groups of Q
     query heads each; G is a multiple of ``groups``: MLA attends with one group per head, caches one)."""
-    B, G, _, T, S = probs_BGRTS.shape
-    rows_T = ((jnp.arange(T) >= end - window) & (jnp.arange(T) < end)).astype(probs_BGRTS.dtype)
-    votes = jnp.einsum("bgrts,t->bgs", probs_BGRTS, rows_T)
+    B, G, _, T, S = probs_BGQTS.shape
+    rows_T = ((jnp.arange(T) >= end - window) & (jnp.arange(T) < end)).astype(probs_BGQTS.dtype)
+    votes = jnp.einsum("bgqts,t->bgs", probs_BGQTS, rows_T)
     return votes if groups == G else votes.reshape(B, groups, G // groups, S).sum(axis=2)
 
 
 def context_attention(q_BTHK, k_BTGK, v_BTGK, positions_BT, ctx: dict, theta: float, spec, gate):
     """GQA over a cache: ``(attention [B, T, H, K], extras)`` for a chunk at ``positions_BT``.
 
-    ``ctx``: the layer's cache (``k`` / ``v`` [B, P, G, K], ``valid``, optional ``pos``; see
+    ``ctx``: the layer's cache (``k`` / ``v`` [B, S, G, K], ``valid``, optional ``pos``; see
     :func:`join_cache`); optional ``M`` [B, G, K, K], ``z`` [B, G, K] and ``has_memory`` (bool) for
     EdgeInfinite (``spec``: its :class:`edge_jax.layers.infini.spec.InfiniSpec`, ``gate`` its
     memory gate); ``votes`` (static int w > 0) adds the attention of the w queries before

@@ -25,8 +25,8 @@ class PassResult:
     loss_sum: float
     correct: float
     tokens: float
-    ids: list          # per MoE layer: int [N, K] top-k expert ids of the real tokens
-    probs: list        # per MoE layer: float [N, K]
+    ids: list          # per MoE layer: int [N, J] top-k expert ids of the real tokens
+    probs: list        # per MoE layer: float [N, J]
     stats: dict        # token-copy counts summed over layers and batches (capacity strategies)
     inputs: list       # per batch, per MoE layer: (x [B*T, D], ids, weights, saliency) if kept
     tokens_seen: list  # per batch: int [B, T] inputs and bool [B, T] real-token mask
@@ -39,7 +39,7 @@ class PassResult:
     def accuracy(self) -> float:
         return self.correct / max(self.tokens, 1.0)
 
-    def ids_NLK(self) -> np.ndarray:
+    def ids_NLJ(self) -> np.ndarray:
         return np.stack(self.ids, axis=1)
 
 

@@ -60,7 +60,7 @@ def calibrate(run, params, data: str = "", second: str = "", batches: int = 0, o
     ref = dropless_model(run.model)
 
     def loads(name, split):
-        return expert_loads(routing_pass(ref, params, eval_batches(run, name, split, n)).ids_NLK(), cfg.model.moe_experts)
+        return expert_loads(routing_pass(ref, params, eval_batches(run, name, split, n)).ids_NLJ(), cfg.model.moe_experts)
 
     cal = loads(data, "train")
     if overlap:

@@ -40,10 +40,10 @@ def _token_routed_trace(n=4096, n_layers=3, n_experts=8, top_k=2, vocab=32, d_em
     learnable when the vocabulary fits in the embedding and projection widths (vocab <= d_embed, d_proj).
     """
     rng = np.random.default_rng(seed)
-    table_VLK = np.stack([np.stack([rng.permutation(n_experts)[:top_k] for _ in range(n_layers)])
+    table_VLJ = np.stack([np.stack([rng.permutation(n_experts)[:top_k] for _ in range(n_layers)])
                           for _ in range(vocab)]).astype(np.int16)
     tokens = rng.integers(0, vocab, n, dtype=np.int32)
-    experts = table_VLK[tokens]
+    experts = table_VLJ[tokens]
     probs = np.broadcast_to(np.linspace(0.5, 0.2, top_k, dtype=np.float32), experts.shape).copy()
     starts = np.arange(0, n, 128, dtype=np.int64)
     emb = rng.standard_normal((vocab, d_embed)).astype(np.float32)
