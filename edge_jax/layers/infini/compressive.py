@@ -38,37 +38,37 @@ def feature_map(x):
     return jnp.where(x > 0, x + 1.0, jnp.exp(jnp.minimum(x, 0.0)))
 
 
-def memory_update(M_BGKV, z_BGK, k_BTGK, v_BTGV, valid_BT=None, rule: str = "linear", eps: float = 1e-6):
+def memory_update(M_BGKK, z_BGK, k_BTGK, v_BTGK, valid_BT=None, rule: str = "linear", eps: float = 1e-6):
     """Fold the keys/values of one segment (``valid_BT`` marks real tokens) into ``(M, z)``."""
     sk = feature_map(k_BTGK)
-    v = v_BTGV.astype(jnp.float32)
+    v = v_BTGK.astype(jnp.float32)
     if valid_BT is not None:
         sk = sk * valid_BT[:, :, None, None]
     if rule == "delta":
-        num = jnp.einsum("btgk,bgkv->btgv", sk, M_BGKV)
+        num = jnp.einsum("btgk,bgkv->btgv", sk, M_BGKK)
         den = jnp.einsum("btgk,bgk->btg", sk, z_BGK)[..., None] + eps
         v = v - num / den
     elif rule != "linear":
         raise ValueError(f"unknown memory update {rule!r}; valid: {', '.join(MEMORY_UPDATES)}")
-    return M_BGKV + jnp.einsum("btgk,btgv->bgkv", sk, v), z_BGK + jnp.sum(sk, axis=1)
+    return M_BGKK + jnp.einsum("btgk,btgv->bgkv", sk, v), z_BGK + jnp.sum(sk, axis=1)
 
 
-def memory_readout(q_BTHK, M_BGKV, z_BGK, eps: float = 1e-6):
-    """A_mem [B, T, H, V] for queries of H heads reading the memory of their group (H / G heads each)."""
+def memory_readout(q_BTHK, M_BGKK, z_BGK, eps: float = 1e-6):
+    """A_mem [B, T, H, K] for queries of H heads reading the memory of their group (H / G heads each)."""
     B, T, H, K = q_BTHK.shape
-    G = M_BGKV.shape[1]
+    G = M_BGKK.shape[1]
     sq = feature_map(q_BTHK).reshape(B, T, G, H // G, K)
-    num = jnp.einsum("btgrk,bgkv->btgrv", sq, M_BGKV)
+    num = jnp.einsum("btgrk,bgkv->btgrv", sq, M_BGKK)
     den = jnp.einsum("btgrk,bgk->btgr", sq, z_BGK)[..., None] + eps
     return (num / den).reshape(B, T, H, -1)
 
 
-def memory_update_reference(M_BGKV, z_BGK, k_BTGK, v_BTGV, valid_BT=None, rule: str = "linear", eps: float = 1e-6):
+def memory_update_reference(M_BGKK, z_BGK, k_BTGK, v_BTGK, valid_BT=None, rule: str = "linear", eps: float = 1e-6):
     """:func:`memory_update` token by token in float64 numpy: each real token's σ(k) vᵀ (delta: v less
     the memory's readout of σ(k) before the segment) added to M, σ(k) to z."""
     if rule not in MEMORY_UPDATES:
         raise ValueError(f"unknown memory update {rule!r}; valid: {', '.join(MEMORY_UPDATES)}")
-    M0, z0, k, v = (np.asarray(jnp.asarray(a, jnp.float32), np.float64) for a in (M_BGKV, z_BGK, k_BTGK, v_BTGV))
+    M0, z0, k, v = (np.asarray(jnp.asarray(a, jnp.float32), np.float64) for a in (M_BGKK, z_BGK, k_BTGK, v_BTGK))
     valid = np.ones(k.shape[:2], bool) if valid_BT is None else np.asarray(valid_BT, bool)
     M, z = M0.copy(), z0.copy()
     B, T, G, _ = k.shape
@@ -86,9 +86,9 @@ def memory_update_reference(M_BGKV, z_BGK, k_BTGK, v_BTGV, valid_BT=None, rule: 
     return jnp.asarray(M, jnp.float32), jnp.asarray(z, jnp.float32)
 
 
-def memory_readout_reference(q_BTHK, M_BGKV, z_BGK, eps: float = 1e-6):
+def memory_readout_reference(q_BTHK, M_BGKK, z_BGK, eps: float = 1e-6):
     """:func:`memory_readout` query by query in float64 numpy: σ(q) M / (σ(q) z + ε) of head h's group."""
-    q, M, z = (np.asarray(jnp.asarray(a, jnp.float32), np.float64) for a in (q_BTHK, M_BGKV, z_BGK))
+    q, M, z = (np.asarray(jnp.asarray(a, jnp.float32), np.float64) for a in (q_BTHK, M_BGKK, z_BGK))
     B, T, H, _ = q.shape
     G = M.shape[1]
     out = np.zeros((B, T, H, M.shape[-1]))
