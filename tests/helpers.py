@@ -107,3 +107,19 @@ def check_expert_rows(got, want, count, tol: float):
         assert np.abs(want32).max() > 0 and rel_error(got, want) < tol
     else:
         assert not np.any(got32)
+
+
+def random_decoder_params(cfg, seed=0):
+    """Random non-zero parameters of ``DecoderLM(cfg)`` (no compilation): scales, alpha and beta near 1,
+    the rest normal with std 0.1."""
+    import jax.numpy as jnp
+
+    from edge_jax.models import DecoderLM
+    shapes = jax.eval_shape(DecoderLM(cfg).init, jax.random.key(0), jnp.zeros((1, 4), jnp.int32))["params"]
+    rng = np.random.default_rng(seed)
+
+    def make(path, s):
+        near_one = path[-1].key in ("scale", "alpha", "beta")
+        return jnp.asarray(near_one + 0.1 * rng.standard_normal(s.shape), s.dtype)
+
+    return jax.tree_util.tree_map_with_path(make, nn.unbox(shapes))

@@ -2,11 +2,11 @@
 (``host_fn``; MeKi's host-memory tables are tested in tests/papers/meki/test_host_tables.py)."""
 import dataclasses
 
-import flax.linen as nn
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from helpers import random_decoder_params
 
 from edge_jax.infer import decode_step, greedy_decode, init_cache, prefill
 from edge_jax.infer.decode import cache_index
@@ -17,19 +17,6 @@ from edge_jax.models.inference import inference_form
 BASE = ModelConfig(vocab_size=96, d_model=64, n_layers=2, n_heads=4, n_kv_heads=2, head_dim=16, d_ff=96)
 MEKI = dataclasses.replace(BASE, memory="meki", d_mem=16)
 B, S, P = 2, 11, 5  # batch, total tokens, prompt
-
-
-def random_params(cfg, seed=0):
-    """Random non-zero parameters (numpy, no compilation): scales, alpha and beta near 1, the rest
-    normal with std 0.1."""
-    shapes = jax.eval_shape(DecoderLM(cfg).init, jax.random.key(0), jnp.zeros((1, 4), jnp.int32))["params"]
-    rng = np.random.default_rng(seed)
-
-    def make(path, s):
-        near_one = path[-1].key in ("scale", "alpha", "beta")
-        return jnp.asarray(near_one + 0.1 * rng.standard_normal(s.shape), s.dtype)
-
-    return jax.tree_util.tree_map_with_path(make, nn.unbox(shapes))
 
 
 def tokens(seed=2):
@@ -68,24 +55,24 @@ def test_dense_cached_matches_full():
     layer = cache[1]
     assert layer["k"].shape == layer["v"].shape == (B, S, BASE.n_kv_heads, BASE.head_dim)
     assert int(cache_index(cache)) == 0 and not np.asarray(layer["k"]).any()
-    assert_cached_matches_full(BASE, random_params(BASE))
+    assert_cached_matches_full(BASE, random_decoder_params(BASE))
 
 
 def test_prefill_in_blocks_and_untied_head():
     cfg = dataclasses.replace(BASE, tie_embeddings=False, qk_norm=False)
-    assert_cached_matches_full(cfg, random_params(cfg), prompt_blocks=(3, 4, 1))
+    assert_cached_matches_full(cfg, random_decoder_params(cfg), prompt_blocks=(3, 4, 1))
 
 
 @pytest.mark.parametrize("position", ["parallel_ffn", "parallel_attn", "after_attn", "after_ffn"])
 def test_meki_train_form_cached_matches_full(position):
     cfg = dataclasses.replace(MEKI, meki_position=position)
-    assert_cached_matches_full(cfg, random_params(cfg))
+    assert_cached_matches_full(cfg, random_decoder_params(cfg))
 
 
 @pytest.mark.parametrize("position", ["parallel_ffn", "after_attn"])
 def test_meki_folded_and_host_inputs_match_full(position):
     cfg = dataclasses.replace(MEKI, meki_position=position)
-    folded, folded_cfg = inference_form(random_params(cfg), cfg)
+    folded, folded_cfg = inference_form(random_decoder_params(cfg), cfg)
     assert_cached_matches_full(folded_cfg, folded)
     assert_cached_matches_full(folded_cfg, without_tables(folded, folded_cfg), full_params=folded,
                                host_fn=table_rows_fn(folded, folded_cfg))
@@ -93,7 +80,7 @@ def test_meki_folded_and_host_inputs_match_full(position):
 
 def test_greedy_decode_matches_full_reforward_generation():
     cfg = dataclasses.replace(MEKI, meki_position="parallel_ffn")
-    params = random_params(cfg)
+    params = random_decoder_params(cfg)
     model, prompt_BT = DecoderLM(cfg), np.asarray(tokens()[:, :4])
     want = greedy_generate(model.apply, params, [list(p) for p in prompt_BT], 6, pad_id=0)
     np.testing.assert_array_equal(greedy_decode(model, params, prompt_BT, 6), np.array(want))
@@ -110,4 +97,4 @@ def test_a_memory_kinds_decode_blocker_and_overflow_are_one_line_errors():
     assert "\n" not in str(e.value)
     dense = DecoderLM(BASE)
     with pytest.raises(ValueError, match="exceed the cache length"):
-        prefill(dense, random_params(BASE), init_cache(dense, 1, 4), jnp.ones((1, 5), jnp.int32))
+        prefill(dense, random_decoder_params(BASE), init_cache(dense, 1, 4), jnp.ones((1, 5), jnp.int32))

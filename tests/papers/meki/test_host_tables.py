@@ -2,11 +2,10 @@
 decoder fed the gathered rows through ``host_fn`` matches the full forward, and the decode benchmark runs."""
 import dataclasses
 
-import flax.linen as nn
 import jax
-import jax.numpy as jnp
 import numpy as np
 import pytest
+from helpers import random_decoder_params
 
 from edge_jax.infer import decode_step, greedy_decode, init_cache, prefill
 from edge_jax.models import DecoderLM, ModelConfig
@@ -17,18 +16,6 @@ from edge_jax.papers.meki.host_tables import host_tables
 BASE = ModelConfig(vocab_size=96, d_model=64, n_layers=2, n_heads=4, n_kv_heads=2, head_dim=16, d_ff=96)
 MEKI = dataclasses.replace(BASE, memory="meki", d_mem=16)
 B, S, P = 2, 11, 5  # batch, total tokens, prompt
-
-
-def random_params(cfg, seed=0):
-    """Random non-zero parameters (numpy): scales, alpha and beta near 1, the rest normal with std 0.1."""
-    shapes = jax.eval_shape(DecoderLM(cfg).init, jax.random.key(0), jnp.zeros((1, 4), jnp.int32))["params"]
-    rng = np.random.default_rng(seed)
-
-    def make(path, s):
-        near_one = path[-1].key in ("scale", "alpha", "beta")
-        return jnp.asarray(near_one + 0.1 * rng.standard_normal(s.shape), s.dtype)
-
-    return jax.tree_util.tree_map_with_path(make, nn.unbox(shapes))
 
 
 def tokens(seed=2):
@@ -50,7 +37,7 @@ def assert_cached_matches_full(cfg, params, full_params, host_fn):
 @pytest.mark.parametrize("position", ["parallel_ffn", "after_attn"])
 def test_host_tables_match_full(position):
     cfg = dataclasses.replace(MEKI, meki_position=position)
-    folded, folded_cfg = inference_form(random_params(cfg), cfg)
+    folded, folded_cfg = inference_form(random_decoder_params(cfg), cfg)
     host = host_tables(folded, folded_cfg)
     assert "table" not in host.params["layers_0"]["meki"]
     assert host.table_VLM.shape == (BASE.vocab_size, BASE.n_layers, 16)
@@ -61,7 +48,7 @@ def test_host_tables_match_full(position):
 
 def test_greedy_decode_with_host_tables_matches_generation():
     cfg = dataclasses.replace(MEKI, meki_position="parallel_ffn")
-    params = random_params(cfg)
+    params = random_decoder_params(cfg)
     prompt_BT = np.asarray(tokens()[:, :4])
     want = greedy_generate(DecoderLM(cfg).apply, params, [list(p) for p in prompt_BT], 6, pad_id=0)
     folded, folded_cfg = inference_form(params, cfg)
@@ -72,7 +59,7 @@ def test_greedy_decode_with_host_tables_matches_generation():
 
 def test_host_tables_need_a_folded_model():
     with pytest.raises(ValueError, match="folded MeKi"):
-        host_tables(random_params(MEKI), MEKI)
+        host_tables(random_decoder_params(MEKI), MEKI)
 
 
 def test_meki_decode_benchmark_smoke():
