@@ -13,11 +13,12 @@ zero, but an empty memory is never read: where there is no memory the layer retu
 (eq. 10), so it is the base attention exactly.
 
 Segmented layout (Algorithm 1's prefill, and training): a sequence of T >= sink + window + segment
-tokens is ``sink`` tokens, N = (T - sink - window) // segment full segments, and the remaining
-R = T - sink - N * segment tokens (R >= window). Sink tokens attend causally among themselves; every
-segment and the remaining part attend to the sink tokens and causally to themselves, at positions
-re-assigned inside that local cache (sink at 0 .. sink-1, the part from ``sink`` on). Segment i reads
-the memory of segments 1 .. i-1; the remaining part reads all N.
+tokens is ``sink`` tokens, O = (T - sink - window) // segment full segments of ``segment`` tokens
+(equal chunks: the letter O), and the remaining T - sink - O * segment tokens (at least ``window``).
+Sink tokens attend causally among themselves; every segment and the remaining part attend to the sink
+tokens and causally to themselves, at positions re-assigned inside that local cache (sink at
+0 .. sink-1, the part from ``sink`` on). Segment i reads the memory of segments 1 .. i-1; the
+remaining part reads all O.
 """
 from __future__ import annotations
 
@@ -58,8 +59,8 @@ def memory_readout(q_BTHK, M_BGKK, z_BGK, eps: float = 1e-6):
     B, T, H, K = q_BTHK.shape
     G = M_BGKK.shape[1]
     sq = feature_map(q_BTHK).reshape(B, T, G, H // G, K)
-    num = jnp.einsum("btgrk,bgkv->btgrv", sq, M_BGKK)
-    den = jnp.einsum("btgrk,bgk->btgr", sq, z_BGK)[..., None] + eps
+    num = jnp.einsum("btgqk,bgkv->btgqv", sq, M_BGKK)
+    den = jnp.einsum("btgqk,bgk->btgq", sq, z_BGK)[..., None] + eps
     return (num / den).reshape(B, T, H, -1)
 
 
@@ -136,7 +137,8 @@ class MemoryGate(nn.Module):
 
 @dataclasses.dataclass(frozen=True)
 class SegmentLayout:
-    """Static split of T tokens into sink, N full segments and the remaining part (module docstring)."""
+    """Static split of T tokens into the sink, O = ``n_segments`` full segments and the remaining part
+    (module docstring)."""
     total: int
     sink: int
     segment: int
@@ -148,9 +150,9 @@ class SegmentLayout:
 
     def local_positions(self):
         """[T] RoPE positions inside each part's local cache (sink first)."""
-        S, L, N, R = self.sink, self.segment, self.n_segments, self.remaining
-        local = jnp.arange(L) + S
-        return jnp.concatenate([jnp.arange(S), jnp.tile(local, N), jnp.arange(R) + S]).astype(jnp.int32)
+        S, seg_len, O, rest = self.sink, self.segment, self.n_segments, self.remaining
+        local = jnp.arange(seg_len) + S
+        return jnp.concatenate([jnp.arange(S), jnp.tile(local, O), jnp.arange(rest) + S]).astype(jnp.int32)
 
 
 def segment_layout(total: int, sink: int, window: int, segment: int) -> SegmentLayout | None:

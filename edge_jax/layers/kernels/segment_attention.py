@@ -3,26 +3,27 @@
 the sink tokens and the segment, and the compressive-memory readout, for all query heads of a KV group
 in one tile.
 
-For every row n of ``B*N`` (a segment, or the remaining part with N = 1) and KV head g, with the
-segment's queries q_i (i < L, after RoPE), the sink keys s_j (j < S) and the segment's keys k_j:
+The rows (axis O of ``q_OTHK`` and the others) are the B·O chunks of a batch flattened: each batch
+row's O segments (or its remaining part, O = 1). For every row n and KV head g, with the row's
+queries q_i (i < seg_len, after RoPE), the sink keys s_j (j < S) and the row's own keys k_j:
 
     A_dot[i] = softmax_j( q_i·[s_j ; k_j≤i] / sqrt(K) ) [V_sink ; V_seg]      (flash-style, online softmax)
     A_mem[i] = σ(q_i) M_n / (σ(q_i)·z_n + ε)                                   (σ = ELU + 1, eq. 7)
 
 ``M_n, z_n`` is the memory before the row's segment (zero for the first: the gate then selects
-A_dot alone). Grid ``(B*N, G, L/bq, 1 + L/bk)``: key step 0 is the whole sink (padded to a multiple
-of 128 with its padding masked, so a sink of 300 works), the next steps the segment's key blocks;
-blocks above the causal diagonal are skipped and their index maps clamp to the diagonal block, so
-they are not fetched either. The H/G query heads of the group share each key/value block (GQA). The
-segment is padded to a multiple of the blocks; padded keys come after every real query (masked by
-causality) and padded query rows are dropped. The sink of row n is row ``n // N`` of the [B, S, ...]
-sink arrays, so it is never copied N times.
+A_dot alone). Grid ``(B·O, G, seg_len/bq, 1 + seg_len/bk)``: key step 0 is the whole sink (padded to a
+multiple of 128 with its padding masked, so a sink of 300 works), the next steps the segment's key
+blocks; blocks above the causal diagonal are skipped and their index maps clamp to the diagonal block,
+so they are not fetched either. The Q = H/G query heads of the group share each key/value block (GQA).
+The segment is padded to a multiple of the blocks; padded keys come after every real query (masked by
+causality) and padded query rows are dropped. The sink of row n is row ``n // O`` of the [B, S, ...]
+sink arrays, so it is never copied O times.
 
 What stays in XLA (:func:`edge_jax.layers.infini.segmented.segmented_attention`): the memory update
-(a scan over segments of one [K, L] x [L, K] product per KV head, linear or delta rule: O(L K²) per
-segment against the attention's O(L (S + L) K H/G), and sequential across segments, so a kernel would
-save little); the sink tokens' own causal attention (S x S, once per batch row); the memory gate
-(the only trained part).
+(a scan over segments of one [K, seg_len] x [seg_len, K] product per KV head, linear or delta rule:
+O(seg_len K²) per segment against the attention's O(seg_len (S + seg_len) K Q), and sequential across
+segments, so a kernel would save little); the sink tokens' own causal attention (S x S, once per batch
+row); the memory gate (the only trained part).
 
 Gradients: :func:`segment_attention` is a ``jax.custom_vjp`` whose backward is the VJP of
 :func:`segment_attention_reference` (recomputed from the inputs): exact gradients w.r.t. q, k, v,
@@ -61,33 +62,34 @@ def default_blocks() -> tuple[int, int]:
     return 512, 512
 
 
-def _blocks(L: int, block_q: int, block_k: int) -> tuple[int, int, int]:
-    """(bq, bk, padded length): one block of L rounded up to 16 rows when that is no larger than both
-    blocks (a short remaining part is not padded to a whole 512 block), else the blocks as given and
-    L padded to the larger (a multiple of the smaller)."""
-    short = _round_up(L, ROW_ALIGN)
+def _blocks(seg_len: int, block_q: int, block_k: int) -> tuple[int, int, int]:
+    """(bq, bk, padded length): one block of seg_len rounded up to 16 rows when that is no larger than
+    both blocks (a short remaining part is not padded to a whole 512 block), else the blocks as given
+    and seg_len padded to the larger (a multiple of the smaller)."""
+    short = _round_up(seg_len, ROW_ALIGN)
     if short <= min(block_q, block_k):
         return short, short, short
-    return block_q, block_k, _round_up(L, max(block_q, block_k))
+    return block_q, block_k, _round_up(seg_len, max(block_q, block_k))
 
 
-def segment_attention_reference(q_NLHK, k_NLGK, v_NLGK, sink_k_BSGK, sink_v_BSGK, M_NGKV, z_NGK, eps: float = 1e-6,
+def segment_attention_reference(q_OTHK, k_OSGK, v_OSGK, sink_k_BSGK, sink_v_BSGK, M_OGKK, z_OGK, eps: float = 1e-6,
                                 block_q: int | None = None, block_k: int | None = None, interpret=None):
-    """The XLA path: ``(A_dot [B*N, L, H, K] in v's dtype, A_mem [B*N, L, H, K] float32)``. The sink is
-    repeated for the N rows of its batch row and prepended to the segment's keys; every query sees the
-    sink and causally its own segment. Block sizes and ``interpret`` are ignored (same signature)."""
-    BN, L = q_NLHK.shape[:2]
+    """The XLA path: ``(A_dot [B·O, seg_len, H, K] in v's dtype, A_mem [B·O, seg_len, H, K] float32)``.
+    The sink is repeated for the O rows of its batch row and prepended to the row's keys; every query
+    sees the sink and causally its own segment. Block sizes and ``interpret`` are ignored (same
+    signature)."""
+    n_rows, seg_len = q_OTHK.shape[:2]
     B, S = sink_k_BSGK.shape[:2]
-    rep = lambda x: jnp.repeat(x, BN // B, axis=0)  # noqa: E731 - [B, S, ...] -> [B*N, S, ...]
-    keys = jnp.concatenate([rep(sink_k_BSGK), k_NLGK], axis=1)
-    values = jnp.concatenate([rep(sink_v_BSGK), v_NLGK], axis=1)
-    q_pos = jnp.broadcast_to(jnp.arange(L) + S, (BN, L))
-    k_pos = jnp.broadcast_to(jnp.arange(S + L), (BN, S + L))
-    a_dot = dot_product_attention(q_NLHK, keys, values, causal_mask(q_pos, k_pos))
-    return a_dot, memory_readout(q_NLHK, M_NGKV, z_NGK, eps)
+    rep = lambda x: jnp.repeat(x, n_rows // B, axis=0)  # noqa: E731 - [B, S, ...] -> [B·O, S, ...]
+    keys = jnp.concatenate([rep(sink_k_BSGK), k_OSGK], axis=1)
+    values = jnp.concatenate([rep(sink_v_BSGK), v_OSGK], axis=1)
+    q_pos = jnp.broadcast_to(jnp.arange(seg_len) + S, (n_rows, seg_len))
+    k_pos = jnp.broadcast_to(jnp.arange(S + seg_len), (n_rows, S + seg_len))
+    a_dot = dot_product_attention(q_OTHK, keys, values, causal_mask(q_pos, k_pos))
+    return a_dot, memory_readout(q_OTHK, M_OGKK, z_OGK, eps)
 
 
-def _kernel(*refs, R, bq, bk, S, scale, eps, has_sink):
+def _kernel(*refs, Q, bq, bk, S, scale, eps, has_sink):
     if has_sink:
         q_ref, k_ref, v_ref, sk_ref, sv_ref, M_ref, z_ref, o_ref, mem_ref, m_sc, l_sc, acc_sc = refs
     else:
@@ -104,7 +106,7 @@ def _kernel(*refs, R, bq, bk, S, scale, eps, has_sink):
     def accumulate(k_SK, v_SK, mask_TS):
         """One key block for every head of the group. The first block a row sees (the sink, or local
         block 0 without one) always has an allowed key, so m is finite before a fully masked row."""
-        for r in range(R):
+        for r in range(Q):
             s = jax.lax.dot_general(q_ref[0, r], k_SK, (((1,), (1,)), ((), ())),
                                     preferred_element_type=jnp.float32) / scale
             s = jnp.where(mask_TS, s, -jnp.inf)
@@ -133,7 +135,7 @@ def _kernel(*refs, R, bq, bk, S, scale, eps, has_sink):
     @pl.when(ki == pl.num_programs(3) - 1)
     def _finish():
         M, z = M_ref[0, 0], z_ref[0, 0]
-        for r in range(R):
+        for r in range(Q):
             o_ref[0, r] = (acc_sc[r] / l_sc[r]).astype(o_ref.dtype)
             sq = feature_map(q_ref[0, r])
             num = jnp.dot(sq, M, preferred_element_type=jnp.float32)
@@ -141,47 +143,47 @@ def _kernel(*refs, R, bq, bk, S, scale, eps, has_sink):
             mem_ref[0, r] = num / den
 
 
-def _forward(q_NLHK, k_NLGK, v_NLGK, sink_k_BSGK, sink_v_BSGK, M_NGKV, z_NGK, eps, block_q, block_k, interpret):
-    BN, L, H, K = q_NLHK.shape
+def _forward(q_OTHK, k_OSGK, v_OSGK, sink_k_BSGK, sink_v_BSGK, M_OGKK, z_OGK, eps, block_q, block_k, interpret):
+    n_rows, seg_len, H, K = q_OTHK.shape
     B, S, G = sink_k_BSGK.shape[:3]
-    R, N = H // G, BN // B
-    Kv = M_NGKV.shape[-1]
-    bq, bk, Lp = _blocks(L, block_q, block_k)
-    pad_rows = lambda x: jnp.pad(x, ((0, 0), (0, Lp - x.shape[1]), (0, 0), (0, 0)))  # noqa: E731
+    Q, O = H // G, n_rows // B  # query heads per KV head; segments per batch row
+    Kv = M_OGKK.shape[-1]  # the value width (K)
+    bq, bk, padded = _blocks(seg_len, block_q, block_k)
+    pad_rows = lambda x: jnp.pad(x, ((0, 0), (0, padded - x.shape[1]), (0, 0), (0, 0)))  # noqa: E731
     heads_first = lambda x: jnp.swapaxes(pad_rows(x), 1, 2)  # noqa: E731 - [n, T, h, K] -> [n, h, Tp, K]
-    q_NHLK, k_NGLK, v_NGLK = heads_first(q_NLHK), heads_first(k_NLGK), heads_first(v_NLGK)
+    q_OHTK, k_OGSK, v_OGSK = heads_first(q_OTHK), heads_first(k_OSGK), heads_first(v_OSGK)
     has_sink = S > 0
-    nq, nk = Lp // bq, Lp // bk + int(has_sink)
+    nq, nk = padded // bq, padded // bk + int(has_sink)
 
     def local_block(n, g, qi, ki):  # clamped into [0, the last block at or below the diagonal]
         return (n, g, jnp.clip(ki - int(has_sink), 0, (qi * bq + bq - 1) // bk), 0)
 
-    in_specs = [pl.BlockSpec((1, R, bq, K), lambda n, g, qi, ki: (n, g, qi, 0)),
+    in_specs = [pl.BlockSpec((1, Q, bq, K), lambda n, g, qi, ki: (n, g, qi, 0)),
                 pl.BlockSpec((1, 1, bk, K), local_block), pl.BlockSpec((1, 1, bk, Kv), local_block)]
-    args = [q_NHLK, k_NGLK, v_NGLK]
+    args = [q_OHTK, k_OGSK, v_OGSK]
     if has_sink:
         Sp = _round_up(S, SINK_ALIGN)
         sink = lambda x: jnp.swapaxes(jnp.pad(x, ((0, 0), (0, Sp - S), (0, 0), (0, 0))), 1, 2)  # noqa: E731
-        in_specs += [pl.BlockSpec((1, 1, Sp, K), lambda n, g, qi, ki: (n // N, g, 0, 0)),
-                     pl.BlockSpec((1, 1, Sp, Kv), lambda n, g, qi, ki: (n // N, g, 0, 0))]
+        in_specs += [pl.BlockSpec((1, 1, Sp, K), lambda n, g, qi, ki: (n // O, g, 0, 0)),
+                     pl.BlockSpec((1, 1, Sp, Kv), lambda n, g, qi, ki: (n // O, g, 0, 0))]
         args += [sink(sink_k_BSGK), sink(sink_v_BSGK)]
     in_specs += [pl.BlockSpec((1, 1, K, Kv), lambda n, g, qi, ki: (n, g, 0, 0)),
                  pl.BlockSpec((1, 1, 1, K), lambda n, g, qi, ki: (n, g, 0, 0))]
-    args += [M_NGKV.astype(jnp.float32), z_NGK.astype(jnp.float32)[:, :, None, :]]
-    out_block = pl.BlockSpec((1, R, bq, Kv), lambda n, g, qi, ki: (n, g, qi, 0))
+    args += [M_OGKK.astype(jnp.float32), z_OGK.astype(jnp.float32)[:, :, None, :]]
+    out_block = pl.BlockSpec((1, Q, bq, Kv), lambda n, g, qi, ki: (n, g, qi, 0))
     spec = pltpu.PrefetchScalarGridSpec(
-        num_scalar_prefetch=0, grid=(BN, G, nq, nk), in_specs=in_specs, out_specs=[out_block, out_block],
-        scratch_shapes=[pltpu.VMEM((R, bq, 1), jnp.float32), pltpu.VMEM((R, bq, 1), jnp.float32),
-                        pltpu.VMEM((R, bq, Kv), jnp.float32)])
-    kernel = functools.partial(_kernel, R=R, bq=bq, bk=bk, S=S, scale=math.sqrt(K), eps=eps, has_sink=has_sink)
+        num_scalar_prefetch=0, grid=(n_rows, G, nq, nk), in_specs=in_specs, out_specs=[out_block, out_block],
+        scratch_shapes=[pltpu.VMEM((Q, bq, 1), jnp.float32), pltpu.VMEM((Q, bq, 1), jnp.float32),
+                        pltpu.VMEM((Q, bq, Kv), jnp.float32)])
+    kernel = functools.partial(_kernel, Q=Q, bq=bq, bk=bk, S=S, scale=math.sqrt(K), eps=eps, has_sink=has_sink)
     a_dot, a_mem = pl.pallas_call(
         kernel, grid_spec=spec,
-        out_shape=[jax.ShapeDtypeStruct((BN, H, Lp, Kv), v_NLGK.dtype),
-                   jax.ShapeDtypeStruct((BN, H, Lp, Kv), jnp.float32)],
+        out_shape=[jax.ShapeDtypeStruct((n_rows, H, padded, Kv), v_OSGK.dtype),
+                   jax.ShapeDtypeStruct((n_rows, H, padded, Kv), jnp.float32)],
         compiler_params=pltpu.CompilerParams(dimension_semantics=("parallel", "parallel", "parallel", "arbitrary"),
                                              vmem_limit_bytes=VMEM_LIMIT),
         interpret=interpret)(*args)
-    back = lambda x: jnp.swapaxes(x, 1, 2)[:, :L]  # noqa: E731
+    back = lambda x: jnp.swapaxes(x, 1, 2)[:, :seg_len]  # noqa: E731
     return back(a_dot), back(a_mem)
 
 
@@ -211,24 +213,25 @@ def _fused_bwd(eps, block_q, block_k, interpret, saved, cotangents):
 _fused.defvjp(_fused_fwd, _fused_bwd)
 
 
-def segment_attention(q_NLHK, k_NLGK, v_NLGK, sink_k_BSGK, sink_v_BSGK, M_NGKV, z_NGK, eps: float = 1e-6,
+def segment_attention(q_OTHK, k_OSGK, v_OSGK, sink_k_BSGK, sink_v_BSGK, M_OGKK, z_OGK, eps: float = 1e-6,
                       block_q: int | None = None, block_k: int | None = None, interpret=None):
-    """``(A_dot [B*N, L, H, K] in v's dtype, A_mem [B*N, L, H, K] float32)`` of B*N segments (row n's
-    sink is row n // N of the sink arrays; N = 1: the remaining part), by the Pallas kernel (module
+    """``(A_dot [B·O, seg_len, H, K] in v's dtype, A_mem [B·O, seg_len, H, K] float32)`` of B·O segments
+    (row n's sink is row n // O of the sink arrays; O = 1: the remaining part), by the Pallas kernel (module
     docstring; on a GPU the Triton variant, :mod:`edge_jax.layers.kernels.segment_attention_gpu`).
     ``block_q`` / ``block_k``: query / key rows per tile (TPU default :func:`default_blocks`, cut to
     the segment; one must divide the other; None on GPU: that variant's defaults); ``interpret``:
     ``pallas_call``'s (default: the backend's, :func:`edge_jax.layers.kernels.backend.interpret`)."""
-    BN, L, H, K = q_NLHK.shape
+    n_rows, seg_len, H, K = q_OTHK.shape
     B, _, G = sink_k_BSGK.shape[:3]
-    if BN % B or H % G or k_NLGK.shape != (BN, L, G, K) or M_NGKV.shape[:3] != (BN, G, K):
-        raise ValueError(f"segment_attention: q {q_NLHK.shape}, k {k_NLGK.shape}, sink {sink_k_BSGK.shape}, "
-                         f"M {M_NGKV.shape} do not fit [B*N, L, H, K], [B*N, L, G, K], [B, S, G, K], [B*N, G, K, V]")
+    if n_rows % B or H % G or k_OSGK.shape != (n_rows, seg_len, G, K) or M_OGKK.shape[:3] != (n_rows, G, K):
+        raise ValueError(f"segment_attention: q {q_OTHK.shape}, k {k_OSGK.shape}, sink {sink_k_BSGK.shape}, "
+                         f"M {M_OGKK.shape} do not fit [B*O, seg_len, H, K], [B*O, seg_len, G, K], [B, S, G, K], "
+                         "[B*O, G, K, K] (B*O rows: O segments per batch row)")
     if not backend.gpu_variant():
         dq, dk = default_blocks()
         bq, bk = block_q or dq, block_k or dk
         if max(bq, bk) % min(bq, bk) or bq % 8 or bk % 8:
             raise ValueError(f"segment_attention: blocks {bq} x {bk} must be multiples of 8, one dividing the other")
     interpret = backend.interpret(KERNEL) if interpret is None else interpret
-    return _fused(q_NLHK, k_NLGK, v_NLGK, sink_k_BSGK, sink_v_BSGK, M_NGKV, z_NGK, float(eps), block_q, block_k,
+    return _fused(q_OTHK, k_OSGK, v_OSGK, sink_k_BSGK, sink_v_BSGK, M_OGKK, z_OGK, float(eps), block_q, block_k,
                   interpret)
