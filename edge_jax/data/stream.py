@@ -181,9 +181,9 @@ class RowsIterator(grain.DatasetIterator):
         self._streams = None
 
 
-def to_io(batch_BW: np.ndarray) -> dict:
+def to_io(windows: np.ndarray) -> dict:
     """Windows int32[B, T+1] as the model's {'inputs', 'targets'}: int32[B, T]."""
-    return {"inputs": batch_BW[:, :-1], "targets": batch_BW[:, 1:]}
+    return {"inputs": windows[:, :-1], "targets": windows[:, 1:]}
 
 
 def usable_workers(workers: int, rows: int) -> int:

@@ -85,7 +85,7 @@ def decode_step(model, params, cache, token_B1, host_inputs: dict | None = None)
 
 
 def decode_tokens(model, params, cache, token_B1, steps: int, host_fn: Callable | None = None):
-    """Feed ``token_B1`` and then each argmax for ``steps`` steps: ``(tokens_BN numpy, cache)``;
+    """Feed ``token_B1`` and then each argmax for ``steps`` steps: ``(tokens_BT numpy, cache)``;
     ``host_fn(tokens_B1) -> dict``: the host inputs of each step's tokens.
 
     Every step brings its token to the host, as a generation loop streaming its output does (and a
@@ -101,8 +101,8 @@ def decode_tokens(model, params, cache, token_B1, steps: int, host_fn: Callable 
         _, token_B1, cache = forward_chunk(model, params, cache, token_B1, host)
         host_B1 = np.asarray(token_B1)
         out.append(host_B1)
-    tokens_BN = np.concatenate(out, axis=1) if out else np.zeros((host_B1.shape[0], 0), np.int32)
-    return tokens_BN, cache
+    tokens_BT = np.concatenate(out, axis=1) if out else np.zeros((host_B1.shape[0], 0), np.int32)
+    return tokens_BT, cache
 
 
 def greedy_decode(model, params, prompt_BT, new_tokens: int, host_fn: Callable | None = None):

@@ -18,7 +18,7 @@ def greedy_generate(apply_fn, params, prompts: list[list[int]], max_new_tokens: 
                     host_fn=None) -> list[list[int]]:
     """Continue each prompt with up to ``max_new_tokens`` argmax tokens, stopping at ``stop_ids``.
 
-    ``host_fn(tokens_BL) -> dict`` gives the model's host inputs (:mod:`edge_jax.models.inputs`) each step."""
+    ``host_fn(tokens_BT) -> dict`` gives the model's host inputs (:mod:`edge_jax.models.inputs`) each step."""
     longest = max(len(p) for p in prompts)
     L = max_len or longest + max_new_tokens
     if longest + max_new_tokens > L:
@@ -29,8 +29,8 @@ def greedy_generate(apply_fn, params, prompts: list[list[int]], max_new_tokens: 
         buf[i, :len(p)] = p
 
     @jax.jit
-    def next_tokens(params, tokens_BL, lengths_B, extra):
-        logits = apply_fn({"params": params}, tokens_BL, **apply_kwargs(extra))
+    def next_tokens(params, tokens_BT, lengths_B, extra):
+        logits = apply_fn({"params": params}, tokens_BT, **apply_kwargs(extra))
         last = jnp.take_along_axis(logits, (lengths_B - 1)[:, None, None], axis=1)[:, 0]
         return jnp.argmax(last, axis=-1).astype(jnp.int32)
 
@@ -86,9 +86,9 @@ def answer_nll(apply_fn, params, tokenizer, qa: list[dict], batch_size: int = 32
     L = max(len(s) for s in seqs)
 
     @jax.jit
-    def token_nll(params, tokens_BL, extra):
-        logp = jax.nn.log_softmax(apply_fn({"params": params}, tokens_BL, **apply_kwargs(extra))[:, :-1], axis=-1)
-        return -jnp.take_along_axis(logp, tokens_BL[:, 1:, None], axis=-1)[..., 0]
+    def token_nll(params, tokens_BT, extra):
+        logp = jax.nn.log_softmax(apply_fn({"params": params}, tokens_BT, **apply_kwargs(extra))[:, :-1], axis=-1)
+        return -jnp.take_along_axis(logp, tokens_BT[:, 1:, None], axis=-1)[..., 0]
 
     per_question = []
     for b in range(0, len(seqs), batch_size):

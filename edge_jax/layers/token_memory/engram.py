@@ -36,7 +36,7 @@ ROM: each Engram layer stores ``sum(sizes) * d_head`` values; with ``d_head = d_
 MeKi's / PLE's ``n_layers * vocab_size * d_mem`` (Table 2 compares them at similar ROM).
 
 Params: ``layers_i/engram/{table, key, value, query_norm, key_norm, conv, conv_norm}`` at
-``engram_layers``. The ids are the memory kind's host input ``ngram_ids`` [B, T, N]
+``engram_layers``. The ids are the memory kind's host input ``ngram_ids`` [B, T, orders x heads]
 (:func:`edge_jax.models.inputs.host_inputs`); the layers differ unless every layer has the branch
 (no ``model.scan_layers``), and the KV-cache decoder cannot run the model (the ids and the convolution
 look back past the current token).
@@ -61,20 +61,20 @@ from edge_jax.registry import SECTIONS, Section
 from edge_jax.sharding import take_rows
 
 
-def causal_depthwise_conv(x_BTD, w_KD, dilation: int):
+def causal_depthwise_conv(x_BTD, w_conv, dilation: int):
     """``y_t = sum_i w[i] * x_{t - i*dilation}`` with zeros before the start."""
-    K, T = w_KD.shape[0], x_BTD.shape[1]
-    pad = (K - 1) * dilation
+    taps, T = w_conv.shape[0], x_BTD.shape[1]
+    pad = (taps - 1) * dilation
     xp = jnp.pad(x_BTD, ((0, 0), (pad, 0), (0, 0)))
     y = jnp.zeros_like(x_BTD)
-    for i in range(K):
+    for i in range(taps):
         start = pad - i * dilation
-        y = y + xp[:, start:start + T] * w_KD[i].astype(x_BTD.dtype)
+        y = y + xp[:, start:start + T] * w_conv[i].astype(x_BTD.dtype)
     return y
 
 
 class Engram(nn.Module):
-    """``(h [B, T, D], ngram_ids [B, T, N]) -> delta [B, T, D]``."""
+    """``(h [B, T, D], ngram_ids [B, T, orders x heads]) -> delta [B, T, D]``."""
     vocab_size: int
     orders: tuple
     heads: int
@@ -87,18 +87,18 @@ class Engram(nn.Module):
     param_dtype: str = "float32"
 
     @nn.compact
-    def __call__(self, h_BTD, ngram_ids_BTN):
+    def __call__(self, h_BTD, ngram_ids):
         a = (self.init_std, self.dtype, self.param_dtype)
         dt, D = jnp.dtype(self.dtype), h_BTD.shape[-1]
         sizes = engram_table_sizes(self.orders, self.heads, self.table_size)
         n_ids = len(sizes)
-        if ngram_ids_BTN.shape[-1] != n_ids:
+        if ngram_ids.shape[-1] != n_ids:
             raise ValueError(f"Engram expects {n_ids} ids per token (orders {tuple(self.orders)} x "
-                             f"{self.heads} heads); got {ngram_ids_BTN.shape[-1]}")
+                             f"{self.heads} heads); got {ngram_ids.shape[-1]}")
         table = self.param("table", nn.with_logical_partitioning(nn.initializers.normal(self.init_std),
                                                                  ("ngram", "mem")),
                            (sum(sizes), self.d_head), jnp.dtype(self.param_dtype))
-        e = take_rows(table, ngram_ids_BTN).astype(dt)
+        e = take_rows(table, ngram_ids).astype(dt)
         e = e.reshape(*e.shape[:-2], n_ids * self.d_head)
         k = dense(D, ("mem", "embed"), "key", *a)(e)
         v = dense(D, ("mem", "embed"), "value", *a)(e)

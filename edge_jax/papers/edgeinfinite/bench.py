@@ -334,22 +334,22 @@ def run(args, overrides) -> str:
 # --- `edge-jax bench kernels` cases of the segment attention kernel (edge_jax.layers.kernels.segment_attention)
 
 
-def kernel_case(label: str, B: int, N: int, L: int, S: int, H: int, G: int, K: int, dtype: str, seed: int = 0,
+def kernel_case(label: str, B: int, O: int, T: int, S: int, H: int, G: int, K: int, dtype: str, seed: int = 0,
                 **blocks) -> KernelCase:
-    """B*N parts of L tokens behind an S-token sink, with a random non-empty memory. FLOPs: QK and PV
-    over the S + i + 1 keys of query i, and the readout σ(q) M; bytes: the inputs read and the outputs
-    (A_dot in ``dtype``, A_mem float32) written once."""
+    """B*O parts (O per batch row) of T tokens behind an S-token sink, with a random non-empty memory.
+    FLOPs: QK and PV over the S + i + 1 keys of query i, and the readout σ(q) M; bytes: the inputs read
+    and the outputs (A_dot in ``dtype``, A_mem float32) written once."""
     dt = jnp.dtype(dtype)
     ks = jax.random.split(jax.random.key(seed), 7)
-    shapes = [(B * N, L, H, K), (B * N, L, G, K), (B * N, L, G, K), (B, S, G, K), (B, S, G, K)]
+    shapes = [(B * O, T, H, K), (B * O, T, G, K), (B * O, T, G, K), (B, S, G, K), (B, S, G, K)]
     args = tuple(jax.random.normal(k, sh, jnp.float32).astype(dt) for k, sh in zip(ks, shapes))
-    M = 0.1 * jax.random.normal(ks[5], (B * N, G, K, K), jnp.float32)
-    z = 1.0 + jnp.abs(jax.random.normal(ks[6], (B * N, G, K), jnp.float32))
-    keys = L * S + L * (L + 1) / 2  # key rows seen, summed over one part's queries
-    flops = B * N * H * (4 * K * keys + 2 * L * K * (K + 1))
-    read = (sum(int(np.prod(sh)) for sh in shapes) * dt.itemsize + 4 * B * N * G * K * (K + 1))
+    M = 0.1 * jax.random.normal(ks[5], (B * O, G, K, K), jnp.float32)
+    z = 1.0 + jnp.abs(jax.random.normal(ks[6], (B * O, G, K), jnp.float32))
+    keys = T * S + T * (T + 1) / 2  # key rows seen, summed over one part's queries
+    flops = B * O * H * (4 * K * keys + 2 * T * K * (K + 1))
+    read = (sum(int(np.prod(sh)) for sh in shapes) * dt.itemsize + 4 * B * O * G * K * (K + 1))
     return KernelCase(label, functools.partial(segment_attention, **blocks), segment_attention_reference,
-                      args + (M, z), flops=flops, bytes=read + B * N * L * H * K * (dt.itemsize + 4), dtype=dtype)
+                      args + (M, z), flops=flops, bytes=read + B * O * T * H * K * (dt.itemsize + 4), dtype=dtype)
 
 
 def kernel_cases(small: bool) -> list[KernelCase]:
@@ -357,7 +357,7 @@ def kernel_cases(small: bool) -> list[KernelCase]:
     16-row blocks (48 grid steps), and a 13-token remaining part. Otherwise the paper's layout (sink 300,
     window 200, segment 2048; §4.1) on the Qwen3-4B shape that stands in for BlueLM-3B
     (configs/edgeinfinite.py): the 4 segments of an input of sink + 4 segments + window tokens, and its
-    remaining part (the window: N = (T - sink - window) // segment leaves exactly ``window`` tokens)."""
+    remaining part (the window: O = (T - sink - window) // segment leaves exactly ``window`` tokens)."""
     if small:
         return [kernel_case(f"2 segments of 40, sink 5, H 4 / G 2 x 8, {dtype}", 1, 2, 40, 5, 4, 2, 8, dtype,
                             block_q=16, block_k=16) for dtype in ("float32", "bfloat16")] + [
@@ -365,10 +365,10 @@ def kernel_cases(small: bool) -> list[KernelCase]:
     from edge_jax.models.presets import MODEL_SIZES
     a = MODEL_SIZES["qwen3_4b"]
     shape = (a["n_heads"], a["n_kv_heads"], a["head_dim"], "bfloat16")
-    S, W, L, N = DEFAULT_SINK, DEFAULT_WINDOW, DEFAULT_SEGMENT, 4
+    S, W, T, O = DEFAULT_SINK, DEFAULT_WINDOW, DEFAULT_SEGMENT, 4
     head = f"Qwen3-4B shape ({a['n_heads']} / {a['n_kv_heads']} heads x {a['head_dim']}), sink {S}"
-    return [kernel_case(f"{head}, {N} segments of {L}", 1, N, L, S, *shape),
-            kernel_case(f"{head}, remaining part of {W} (T = {S + N * L + W})", 1, 1, W, S, *shape)]
+    return [kernel_case(f"{head}, {O} segments of {T}", 1, O, T, S, *shape),
+            kernel_case(f"{head}, remaining part of {W} (T = {S + O * T + W})", 1, 1, W, S, *shape)]
 
 
 KERNEL_CASES.register("segment_attention", kernel_cases)

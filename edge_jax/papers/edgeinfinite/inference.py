@@ -84,9 +84,9 @@ class EdgeInfiniteSession:
         pos_BT = jnp.broadcast_to(start + jnp.arange(T, dtype=jnp.int32), (extras[0]["k"].shape[0], T))
         self.caches = [write(c, e, pos_BT, start, count) for c, e in zip(self.caches, extras)]
 
-    def _compress(self, segment_BL):
+    def _compress(self, segment_BT):
         """get_memory: the segment with the sink tokens in front, folded into every layer's memory."""
-        _, extras = self._run(segment_BL, self.sink, [only_first(c, self.sink) for c in self.caches], compress=True)
+        _, extras = self._run(segment_BT, self.sink, [only_first(c, self.sink) for c in self.caches], compress=True)
         self.memory = [{"M": e["M"], "z": e["z"]} for e in extras]
         self.has_memory = True
         self.compressed_segments += 1
