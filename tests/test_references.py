@@ -25,7 +25,7 @@ from edge_jax.layers.attention import cached as ca
 from edge_jax.layers.attention import dot as da
 from edge_jax.layers.attention import mla
 from edge_jax.layers.infini import compressive as infini
-from edge_jax.layers.infini import segmented as infini_attention
+from edge_jax.layers.infini import segmented
 from edge_jax.layers.infini.spec import InfiniSpec
 from edge_jax.layers.kernels import expert_ffn as kffn
 from edge_jax.layers.kernels import expert_ffn_gpu as kffn_gpu
@@ -254,7 +254,7 @@ CASES = [
     Case("memory_update/linear", infini.memory_update, infini.memory_update_reference, P(memory_inputs, rule="linear")),
     Case("memory_update/delta", infini.memory_update, infini.memory_update_reference, P(memory_inputs, rule="delta")),
     Case("memory_readout", infini.memory_readout, infini.memory_readout_reference, readout_inputs),
-    Case("segmented_attention", infini_attention.segmented_attention, infini_attention.segmented_attention_reference,
+    Case("segmented_attention", segmented.segmented_attention, segmented.segmented_attention_reference,
          segmented_inputs),
     Case("join_cache/policy", ca.join_cache, ca.join_cache_reference, join_inputs),
     Case("join_cache/plain", ca.join_cache, ca.join_cache_reference, P(join_inputs, plain=True)),

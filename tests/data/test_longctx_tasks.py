@@ -7,7 +7,7 @@ import time
 import pytest
 
 from edge_jax.data.builders import longctx_tasks as longctx
-from edge_jax.data.builders import longctx_tfds as longctx_builder
+from edge_jax.data.builders import longctx_tfds
 from edge_jax.data.builders.longctx_tasks import CATEGORIES, TASKS, eval_prompts
 
 LENGTHS = (1024, 4096, 16384)
@@ -85,7 +85,7 @@ def test_tasks_and_categories():
                           "aggregate": "aggregation", "fewshot": "few_shot",
                           "vartrack": "code_tracking"}
     rng = random.Random(0)
-    tasks = [r["task"] for r in longctx_builder.generate_split("qa", 600, 40, 0)]
+    tasks = [r["task"] for r in longctx_tfds.generate_split("qa", 600, 40, 0)]
     assert tasks == list(TASKS) * 2
     for task in TASKS:
         check_record({**longctx.make_example(rng, task, 2000), "category": CATEGORIES[task]}, 2000)

@@ -5,7 +5,7 @@ import re
 import pytest
 
 from edge_jax.data.builders import longctx_tasks as longctx
-from edge_jax.data.builders import longctx_tfds as longctx_builder
+from edge_jax.data.builders import longctx_tfds
 from edge_jax.data.builders.longctx_tasks import CATEGORIES, TASKS
 from tests.data.test_longctx_tasks import check_record
 
@@ -53,7 +53,7 @@ def check_document(r: dict, length: int) -> None:
     for part in parts:
         task = _task_of(part)
         qas = re.findall(r"Question: (.*?)\nAnswer: ([0-9a-z]+)", part)
-        assert len(qas) == 1 or (task == "multikey" and len(qas) <= longctx_builder.MULTIKEY_QUESTIONS), qas
+        assert len(qas) == 1 or (task == "multikey" and len(qas) <= longctx_tfds.MULTIKEY_QUESTIONS), qas
         first = part.index("\nAnswer: ") + len("\nAnswer:")
         prompt, answer = part[:first], qas[0][1]
         check_record({"prompt": prompt, "answer": answer, "task": task, "category": CATEGORIES[task],
@@ -67,7 +67,7 @@ def check_document(r: dict, length: int) -> None:
 @pytest.mark.parametrize("length", (511, 799, 2000))
 def test_training_documents(length):
     rng = random.Random(0)
-    docs = [longctx_builder.make_document(rng, length) for _ in range(200)]
+    docs = [longctx_tfds.make_document(rng, length) for _ in range(200)]
     for r in docs:
         check_document(r, length)
     assert len({r["text"] for r in docs}) == 200
@@ -86,18 +86,18 @@ def test_training_documents(length):
 
 
 def test_training_documents_deterministic_and_split():
-    a = longctx_builder.generate_split("train", 511, 20, 0)
-    assert a == longctx_builder.generate_split("train", 511, 20, 0) and len(a) == 20
-    assert a != longctx_builder.generate_split("train", 511, 20, 1)
-    assert a != longctx_builder.generate_split("validation", 511, 20, 0)
-    for r in a + longctx_builder.generate_split("validation", 511, 20, 0):
+    a = longctx_tfds.generate_split("train", 511, 20, 0)
+    assert a == longctx_tfds.generate_split("train", 511, 20, 0) and len(a) == 20
+    assert a != longctx_tfds.generate_split("train", 511, 20, 1)
+    assert a != longctx_tfds.generate_split("validation", 511, 20, 0)
+    for r in a + longctx_tfds.generate_split("validation", 511, 20, 0):
         check_document(r, 511)
-    for i, r in enumerate(longctx_builder.generate_split("qa", 511, 20, 0)):  # the qa split: single examples, tasks in turn
+    for i, r in enumerate(longctx_tfds.generate_split("qa", 511, 20, 0)):  # the qa split: single examples, tasks in turn
         assert r["task"] == TASKS[i % 5] and r["text"] == f"{r['prompt']} {r['answer']}"
     with pytest.raises(ValueError, match="fits no task; use length >= 217"):
-        longctx_builder.make_document(random.Random(0), 200)
+        longctx_tfds.make_document(random.Random(0), 200)
     for seed in range(10):
-        r = longctx_builder.make_document(random.Random(seed), 217)
+        r = longctx_tfds.make_document(random.Random(seed), 217)
         check_document(r, 217)
 
 
@@ -106,17 +106,17 @@ def test_drills_form_and_its_dataset_name(tmp_path):
     import hashlib
 
     from edge_jax.data import resolve
-    drills = longctx_builder.generate_split("train", 511, 40, 0, "drills")
+    drills = longctx_tfds.generate_split("train", 511, 40, 0, "drills")
     for r in drills:
         check_document(r, 511)
         assert not r["text"].startswith(tuple(longctx.INSTRUCTIONS.values()))
-    mixed = "".join(r["text"] for r in longctx_builder.generate_split("train", 300, 6, 0))
+    mixed = "".join(r["text"] for r in longctx_tfds.generate_split("train", 300, 6, 0))
     assert hashlib.sha256(mixed.encode()).hexdigest()[:16] == "2a6d8c04ebde5e5b"  # what 1.2.0 wrote before forms
     source = resolve("drills", str(tmp_path), longctx_length=300, longctx_examples=8)
     assert source.key == "drills-drills_len300_n8_s0-v1.2.0" and source.splits == ("train", "validation")
-    expected = longctx_builder.generate_split("train", 300, 8, 0, "drills")
+    expected = longctx_tfds.generate_split("train", 300, 8, 0, "drills")
     assert source.documents("train") == [r["text"] for r in expected]
     key = resolve("longctx", str(tmp_path), longctx_length=300, longctx_examples=8).key
     assert key == "longctx-len300_n8_s0-v1.2.0"
     with pytest.raises(ValueError, match="unknown longctx form 'all'; valid: mixed, drills"):
-        longctx_builder.make_config(511, 8, 0, "all")
+        longctx_tfds.make_config(511, 8, 0, "all")

@@ -13,7 +13,7 @@ from jax.sharding import PartitionSpec as P
 from jax.test_util import check_grads
 
 from edge_jax.layers.infini import compressive as infini
-from edge_jax.layers.infini import segmented as infini_attention
+from edge_jax.layers.infini import segmented
 from edge_jax.layers.infini.spec import InfiniSpec
 from edge_jax.layers.kernels.segment_attention import segment_attention, segment_attention_reference
 from edge_jax.models import DecoderLM, ModelConfig
@@ -106,7 +106,7 @@ def test_segmented_attention_with_the_kernel_matches_the_xla_path(case):
     assert args[3].n_segments >= 2 and args[3].remaining > 0
 
     def run(kernels):
-        fn = lambda p, q, k, v: gate.apply(p, method=lambda g: infini_attention.segmented_attention(  # noqa: E731
+        fn = lambda p, q, k, v: gate.apply(p, method=lambda g: segmented.segmented_attention(  # noqa: E731
             q, k, v, *args[3:], g, kernels=kernels))
         return jax.jit(fn)(params, *args[:3])
 
