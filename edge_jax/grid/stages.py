@@ -89,16 +89,21 @@ def stage_dir(root: Path, name: str, config) -> Path:
 def _older_stage(root: Path, name: str, s: int, config) -> Path | None:
     """A finished ``name`` stage for seed ``s`` whose config, upgraded to today's keys
     (:func:`edge_jax.config.upgrade_config`), is ``config`` and whose documents are the same: written
-    before a key was renamed."""
+    before a key was renamed. A config that takes its vocabulary size from the tokenizer (0) matches
+    whatever size the stage's workdir resolved."""
     from edge_jax.config import flat_json, schema_defaults, upgrade_config
     defaults = flat_json(schema_defaults(config))
     want = _identity(flat_json(config), defaults)
     documents = data_key(config)
+    from_tokenizer = not flat_json(config).get("model.vocab_size")
     for wd in sorted((root / "_stages").glob(f"{name}-*/seed{s}")):
         path, recorded = wd / "config.json", wd / DATA_KEY_FILE
         if (wd / "final_metrics.json").exists() and path.exists() and recorded.exists() \
                 and recorded.read_text().strip() == documents:
-            if _identity(flat_json(upgrade_config(json.loads(path.read_text()))), defaults) == want:
+            found = flat_json(upgrade_config(json.loads(path.read_text())))
+            if from_tokenizer:  # the workdir holds the size training took from the tokenizer (same documents)
+                found.pop("model.vocab_size", None)
+            if _identity(found, defaults) == want:
                 return wd
     return None
 

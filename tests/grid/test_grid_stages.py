@@ -77,6 +77,7 @@ def test_stage_written_before_a_key_rename_is_reused(tmp_path):
     old = json.loads(json.dumps(config.to_dict()))
     old["train"].update(trainable="memory_gate", gate_lr=0.05)
     del old["train"]["lr_multipliers"]
+    old["model"]["vocab_size"] = 320  # a workdir's config.json holds the size training took from the tokenizer
     legacy = tmp_path / "_stages" / "gate-0123456789" / "seed1"
     legacy.mkdir(parents=True)
     (legacy / "config.json").write_text(json.dumps(old))
