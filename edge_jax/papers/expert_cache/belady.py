@@ -68,15 +68,23 @@ def min_misses(objs_TJ: np.ndarray, nxt_TJ: np.ndarray, sizes: np.ndarray, cap: 
     return miss
 
 
-def belady(experts_NLJ: np.ndarray, profile: DeviceProfile, cap_g: float, cap_r: float) -> tuple[SimStats, dict]:
-    """Stats of the two-tier Belady bound, and ``{"exact": bool, "containment_violations": int}``."""
+def belady(experts_NLJ: np.ndarray, profile: DeviceProfile, cap_g: float, cap_r: float,
+           compiled: bool = True) -> tuple[SimStats, dict]:
+    """Stats of the two-tier Belady bound, and ``{"exact": bool, "containment_violations": int}``.
+    ``compiled``: next use and MIN by the numba twins (edge_jax.papers.expert_cache.compiled_belady, the same
+    answers); False runs the numpy functions above."""
     t0 = time.perf_counter()
     objs_NLJ = object_ids(experts_NLJ, profile.n_experts)
     n_tokens, n_layers, k = objs_NLJ.shape
-    objs = objs_NLJ.reshape(n_tokens * n_layers, k)
-    nxt = next_use(objs)
-    miss_g = min_misses(objs, nxt, profile.sizes, cap_g)
-    miss_r = min_misses(objs, nxt, profile.sizes, cap_r)
+    objs = np.ascontiguousarray(objs_NLJ.reshape(n_tokens * n_layers, k))
+    find_next, run_min = next_use, min_misses
+    if compiled:
+        from edge_jax.papers.expert_cache.compiled_belady import min_misses as run_min
+        from edge_jax.papers.expert_cache.compiled_belady import next_use as find_next
+    nxt = find_next(objs)
+    sizes = np.ascontiguousarray(profile.sizes, np.float64)
+    miss_g = run_min(objs, nxt, sizes, float(cap_g))
+    miss_r = run_min(objs, nxt, sizes, float(cap_r))
     st = SimStats(tokens=n_tokens, accesses=objs.size)
     st.hits_g = int((~miss_g).sum())
     st.misses = int(miss_r.sum())

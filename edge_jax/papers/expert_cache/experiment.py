@@ -18,7 +18,7 @@ import numpy as np
 from edge_jax.data.routing_trace import RoutingTrace
 from edge_jax.errors import ConfigError
 from edge_jax.papers.expert_cache.config import TASK, needs_scout
-from edge_jax.papers.expert_cache.engine import CACHE_POLICIES, Simulator
+from edge_jax.papers.expert_cache.engine import CACHE_POLICIES
 from edge_jax.papers.expert_cache.inputs import load_trace, split_trace, trace_path
 from edge_jax.papers.expert_cache.profile import build_profile, capacities, resolve
 from edge_jax.registry import RUNNERS
@@ -116,8 +116,9 @@ def run_experiment(c, workdir: str | Path, log=print) -> dict:
         stats, extra = entry.offline(ev.experts, profile, cap_g, cap_r)
         metrics.update(stats.metrics(), **extra)
     elif entry.make is not None:
+        from edge_jax.papers.expert_cache.compiled_sim import simulate
         policy = make_policy(c, scout)
-        metrics.update(Simulator(profile, cap_g, cap_r).run(ev.experts, policy).metrics())
+        metrics.update(simulate(ev.experts, profile, cap_g, cap_r, policy).metrics())
         if hasattr(policy, "lam"):
             metrics.update(final_lambda_vram=policy.lam["vram"], final_lambda_ram=policy.lam["ram"])
     metrics["wall_s"] = time.time() - t0

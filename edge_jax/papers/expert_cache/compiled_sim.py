@@ -1,0 +1,236 @@
+"""The compiled expert-cache simulator: :class:`~edge_jax.papers.expert_cache.engine.Simulator` and the
+FIFO, LRU, LFU and watermark policies (EWMA, ScoutGate, fused) as one numba loop.
+
+:func:`simulate` is what runs use. It replays the same steps as the reference (engine.py with
+policies.py / watermark.py, kept beside it as the specification): stall, observe, demand fetch, prefetch,
+with the same tie-breaking (lowest id first) and every float computed in the reference's order, so its
+stall, hit counts, bytes and final watermarks are identical to the reference's, not merely close. Policies
+without a kernel here (a new one, or a subclass of these) and profiles whose expert sizes are not whole
+bytes (the reference's byte sums use BLAS, whose order is not numpy's) run on the reference instead.
+"""
+from __future__ import annotations
+
+import time
+
+import numpy as np
+from numba import njit
+
+from edge_jax.papers.expert_cache.compiled_tiers import (
+    RAM,
+    STALL,
+    VRAM,
+    evict_lowest,
+    evict_one_by_one,
+    prefetch_move,
+    sum_at,
+)
+from edge_jax.papers.expert_cache.engine import SimStats, Simulator, object_ids
+from edge_jax.papers.expert_cache.policies import FIFO, LFU, LRU
+from edge_jax.papers.expert_cache.watermark import Watermark
+
+KINDS = {FIFO: 0, LRU: 1, LFU: 2, Watermark: 3}
+_FIFO, _LRU, _LFU, _WM = 0, 1, 2, 3
+# rows of the policy state ``pol`` [6, n]
+_ENTERED, _LAST, _COUNT, _DENSITY = 0, 2, 3, 4     # FIFO entered[tier] = pol[tier]; watermark b[tier] = pol[4 + tier]
+
+
+@njit(cache=True, inline="always")
+def _priority(kind, tier, pol, buf, t):
+    if kind == _FIFO:
+        return pol[_ENTERED + tier]
+    if kind == _LRU:
+        return pol[_LAST]
+    if kind == _LFU:
+        for i in range(buf.shape[0]):
+            buf[i] = pol[_COUNT, i] + (pol[_LAST, i] + 1.0) / (t + 2)
+        return buf
+    return pol[_DENSITY + tier]
+
+
+@njit(cache=True, inline="always")
+def _admit(kind, tier, new, nn, objs_TJ, t, res, occ, caps, sizes, unit, pol, prbuf, flt, buf, one, cand):
+    """``Simulator._admit``: make ``new[:nn]`` resident in ``tier`` for step ``t``, never evicting one of
+    its experts ``objs_TJ[t]`` (``cand``: scratch mask)."""
+    need = sum_at(sizes, new, nn, buf)
+    room = caps[tier] - occ[tier]
+    if need > room:
+        for i in range(cand.shape[0]):
+            cand[i] = res[tier, i]
+        for j in range(objs_TJ.shape[1]):
+            cand[objs_TJ[t, j]] = False
+        pr = _priority(kind, tier, pol, prbuf, t)
+        if unit != 0.0:
+            evict_one_by_one(tier, cand, int(np.ceil((need - room) / unit)), pr, res, occ, sizes, buf, one)
+        else:
+            evict_lowest(tier, cand, need - room, pr, res, occ, sizes, buf)
+    for j in range(nn):
+        res[tier, new[j]] = True
+    occ[tier] += need
+    flt[1 + tier] += need
+    if kind == _FIFO:
+        for j in range(nn):
+            pol[_ENTERED + tier, new[j]] = t
+
+
+@njit(cache=True, inline="always")
+def _observe_watermark(objs_TJ, t, token, layer, n_layers, n_experts, n_tokens, res, whole, caps, pol, ewma, lam,
+                       wm, weight, dens_g, dens_r, scaled_scout):
+    """``Watermark.observe``: EWMA of this layer, fused probabilities for the next step, densities, watermarks.
+    The bytes the rule wants are summed in integers (``whole``: sizes in whole bytes), which is exact, as the
+    reference's float sum of whole numbers is."""
+    eta, alpha, step, h, bbar_g, bbar_r = wm[0], wm[1], wm[2], wm[3], wm[4], wm[5]
+    row = layer * n_experts
+    for e in range(n_experts):
+        ewma[row + e] *= 1.0 - alpha
+    for j in range(objs_TJ.shape[1]):
+        ewma[objs_TJ[t, j]] += alpha
+    nl = (layer + 1) % n_layers
+    nt = min(token + (1 if nl == 0 else 0), n_tokens - 1)
+    w, b_g, b_r, in_g, in_r = weight[nl], pol[_DENSITY + VRAM], pol[_DENSITY + RAM], res[VRAM], res[RAM]
+    keep_g, admit_g = lam[VRAM] * (1 - h), lam[VRAM] * (1 + h)
+    keep_r, admit_r = lam[RAM] * (1 - h), lam[RAM] * (1 + h)
+    if eta == 0.0:
+        for i in range(w.shape[0]):
+            b_g[i] = ewma[i] * w[i]
+    else:
+        scout = scaled_scout[nt]
+        for i in range(w.shape[0]):
+            b_g[i] = ((1.0 - eta) * ewma[i] + np.float64(scout[i])) * w[i]
+    want_g = want_r = 0
+    for i in range(w.shape[0]):     # b_g holds p_fuse until here
+        p = b_g[i]
+        bg, br = p * dens_g[i], p * dens_r[i]
+        b_g[i], b_r[i] = bg, br
+        want_g += whole[i] if bg >= (keep_g if in_g[i] else admit_g) else 0
+        want_r += whole[i] if br >= (keep_r if in_r[i] else admit_r) else 0
+    lam_g = lam[VRAM] + step * bbar_g * ((np.float64(want_g) - caps[VRAM]) / caps[VRAM])
+    lam_r = lam[RAM] + step * bbar_r * ((np.float64(want_r) - caps[RAM]) / caps[RAM])
+    lam[VRAM] = lam_g if lam_g > 0.0 else 0.0
+    lam[RAM] = lam_r if lam_r > 0.0 else 0.0
+
+
+@njit(cache=True, inline="always")
+def _prefetch_watermark(tier, h, lam, pol, res, occ, bank, caps, sizes, flt, buf, below):
+    """``Watermark._prefetch``: promote (VRAM) or stage (RAM) the densest admissible expert; whether it moved."""
+    n = sizes.shape[0]
+    b = pol[_DENSITY + tier]
+    admit, keep = lam[tier] * (1 + h), lam[tier] * (1 - h)
+    best = -1
+    for i in range(n):
+        cand = (res[RAM, i] and not res[VRAM, i]) if tier == VRAM else not res[RAM, i]
+        if cand and b[i] >= admit and (best < 0 or b[i] > b[best]):
+            best = i
+    if best < 0:
+        return False
+    nb, below_bytes = 0, 0.0
+    for i in range(n):
+        resident = res[VRAM, i] if tier == VRAM else (res[RAM, i] and not res[VRAM, i])
+        if resident and b[i] < keep:
+            below[nb] = i
+            nb += 1
+            below_bytes += sizes[i]     # whole bytes: exact in any order
+    s, free = sizes[best], caps[tier] - occ[tier]
+    if s > bank[tier] or s > free + below_bytes:
+        return False
+    ranked = below[:nb][np.argsort(b[below[:nb]], kind="mergesort")] if s > free else below[:nb]
+    return prefetch_move(tier, best, ranked, nb, res, occ, bank, caps, sizes, flt, buf)
+
+
+@njit(cache=True)
+def _run(kind, objs_TJ, n_layers, n_experts, sizes, cost_g, cost_r, caps, unit, credit, bank_cap, prefetches,
+         ewma, wm, weight, dens_g, dens_r, scaled_scout, lam, counts, flt):
+    n_steps, k = objs_TJ.shape
+    n = sizes.shape[0]
+    n_tokens = n_steps // n_layers
+    res = np.zeros((2, n), np.bool_)
+    occ, bank = np.zeros(2), np.zeros(2)
+    pol = np.full((6, n), -1.0)
+    pol[_COUNT] = 0.0
+    pol[_DENSITY:] = 0.0
+    prbuf, buf = np.empty(n), np.empty(max(n, k))
+    miss_g, miss_r = np.empty(k, np.int64), np.empty(k, np.int64)
+    one, below = np.empty(1, np.int64), np.empty(n, np.int64)
+    cand = np.empty(n, np.bool_)
+    whole = sizes.astype(np.int64)     # whole bytes (has_kernel): the watermark's byte sums in integers
+    s_min = sizes.min()
+    for t in range(n_steps):
+        token, layer = t // n_layers, t % n_layers
+        ng = nr = 0
+        for j in range(k):
+            o = objs_TJ[t, j]
+            if not res[VRAM, o]:
+                miss_g[ng] = o
+                ng += 1
+            if not res[RAM, o]:
+                miss_r[nr] = o
+                nr += 1
+        if ng:
+            flt[STALL] += sum_at(cost_g, miss_g, ng, buf) + sum_at(cost_r, miss_r, nr, buf)
+        counts[0] += k - ng
+        counts[1] += ng - nr
+        counts[2] += nr
+        if kind == _LRU or kind == _LFU:
+            for j in range(k):
+                if kind == _LFU:
+                    pol[_COUNT, objs_TJ[t, j]] += 1
+                pol[_LAST, objs_TJ[t, j]] = t
+        elif kind == _WM:
+            _observe_watermark(objs_TJ, t, token, layer, n_layers, n_experts, n_tokens, res, whole, caps, pol, ewma,
+                               lam, wm, weight, dens_g, dens_r, scaled_scout)
+        if nr:
+            _admit(kind, RAM, miss_r, nr, objs_TJ, t, res, occ, caps, sizes, unit, pol, prbuf, flt, buf, one, cand)
+        if ng:
+            _admit(kind, VRAM, miss_g, ng, objs_TJ, t, res, occ, caps, sizes, unit, pol, prbuf, flt, buf, one, cand)
+        if prefetches:
+            for tier in (VRAM, RAM):
+                bank[tier] = min(bank[tier] + credit[tier], bank_cap[tier])
+            for tier in (VRAM, RAM):
+                while bank[tier] >= s_min and _prefetch_watermark(tier, wm[3], lam, pol, res, occ, bank, caps, sizes,
+                                                                  flt, buf, below):
+                    pass
+
+
+def has_kernel(policy, profile) -> bool:
+    """Whether :func:`simulate` runs ``policy`` compiled (else it runs the reference)."""
+    sizes = profile.sizes
+    return type(policy) in KINDS and bool(np.all(sizes == np.round(sizes))) and float(sizes.sum()) < 2.0 ** 53
+
+
+def simulate(experts_NLJ: np.ndarray, profile, cap_g: float, cap_r: float, policy) -> SimStats:
+    """Replay ``experts_NLJ`` under ``policy``: compiled where :func:`has_kernel`, else the reference
+    :class:`Simulator`. A watermark policy's final ``lam`` is left on it, as the reference leaves it."""
+    if not has_kernel(policy, profile):
+        return Simulator(profile, cap_g, cap_r).run(experts_NLJ, policy)
+    objs_NLJ = object_ids(experts_NLJ, profile.n_experts)
+    n_tokens, n_layers, k = objs_NLJ.shape
+    L, E = profile.n_layers, profile.n_experts
+    kind = KINDS[type(policy)]
+    sizes = np.ascontiguousarray(profile.sizes, np.float64)
+    largest = float(sizes.max())
+    credit = np.array([profile.credit_g, profile.credit_r], np.float64)
+    bank_cap = np.array([max(largest, profile.credit_g), max(largest, profile.credit_r)], np.float64)
+    ewma, wm, weight = np.zeros(1), np.zeros(6), np.zeros((1, 1))
+    dens_g = dens_r = np.zeros(1)
+    scaled_scout = np.zeros((1, 1), np.float32)
+    if kind == _WM:     # Watermark.reset and its first observe, computed by the same numpy expressions
+        p = policy
+        ewma = np.full(L * E, p.p0 if p.p0 >= 0 else k / E)
+        weight = np.repeat(np.exp(-p.gamma * ((np.arange(L)[None, :] - np.arange(L)[:, None]) % L)), E, axis=1)
+        dens_g, dens_r = profile.cost_g / profile.sizes, profile.cost_r / profile.sizes
+        wm = np.array([p.eta, p.alpha, p.step, p.h, float(dens_g.mean()) * k / E, float(dens_r.mean()) * k / E])
+        if p.eta != 0:     # as the reference's eta * scout[token], one row per token
+            scaled_scout = np.ascontiguousarray(p.eta * p.scout).reshape(len(p.scout), L * E)
+    prefetches = bool(getattr(policy, "prefetches", False)) and (profile.credit_g > 0 or profile.credit_r > 0)
+    lam, counts, flt = np.zeros(2), np.zeros(3, np.int64), np.zeros(5)
+    unit = float(sizes[0]) if profile.uniform else 0.0
+    t0 = time.perf_counter()
+    _run(kind, np.ascontiguousarray(objs_NLJ.reshape(n_tokens * n_layers, k)), n_layers, E, sizes,
+         np.ascontiguousarray(profile.cost_g, np.float64), np.ascontiguousarray(profile.cost_r, np.float64),
+         np.array([float(cap_g), float(cap_r)]), unit, credit, bank_cap, prefetches, ewma, wm, weight, dens_g, dens_r,
+         scaled_scout, lam, counts, flt)
+    wall = time.perf_counter() - t0
+    if kind == _WM:
+        policy.lam = {"vram": float(lam[VRAM]), "ram": float(lam[RAM])}
+    return SimStats(tokens=n_tokens, accesses=n_tokens * n_layers * k, hits_g=int(counts[0]), hits_r=int(counts[1]),
+                    misses=int(counts[2]), stall_s=float(flt[STALL]), bytes_g=float(flt[1]), bytes_r=float(flt[2]),
+                    prefetch_bytes_g=float(flt[3]), prefetch_bytes_r=float(flt[4]), wall_s=wall)

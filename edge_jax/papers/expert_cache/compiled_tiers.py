@@ -1,0 +1,129 @@
+"""Numba twins of the two tiers' bookkeeping in :class:`~edge_jax.papers.expert_cache.engine.Simulator`.
+
+State is arrays: ``res`` bool [2, n] (row ``VRAM`` = x^G, row ``RAM`` = x^R), ``occ`` / ``bank`` / ``caps``
+float64 [2] and ``flt`` float64 [5] (stall, bytes into VRAM, into RAM, prefetched into VRAM, into RAM). Every
+float is computed as the reference computes it, in the same order: a numpy ``.sum()`` becomes
+:func:`pairwise_sum`, numpy's own summation order, so the compiled simulator's stall and byte counts are
+bit-for-bit the reference's (tests/papers/expert_cache/test_cache_compiled.py).
+"""
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+
+VRAM, RAM = 0, 1
+STALL, BYTES, PREFETCHED = 0, 1, 3     # flt[STALL], flt[BYTES + tier], flt[PREFETCHED + tier]
+
+
+@njit(cache=True)
+def pairwise_sum(a, lo, n):
+    """sum(a[lo:lo + n]) in numpy's order for float64 up to 128 terms (its pairwise sum: 8 running sums),
+    so it equals ``a[lo:lo + n].sum()`` exactly. Longer sums run in order: only byte sums of whole-byte
+    sizes get that long here (``compiled_sim.has_kernel``), and those are exact in any order. (numpy halves
+    longer arrays recursively; a recursive numba function breaks numba's on-disk cache.)"""
+    if n < 8 or n > 128:
+        res = 0.0
+        for i in range(n):
+            res += a[lo + i]
+        return res
+    r0, r1, r2, r3 = a[lo], a[lo + 1], a[lo + 2], a[lo + 3]
+    r4, r5, r6, r7 = a[lo + 4], a[lo + 5], a[lo + 6], a[lo + 7]
+    i, end = 8, n - n % 8
+    while i < end:
+        r0 += a[lo + i]
+        r1 += a[lo + i + 1]
+        r2 += a[lo + i + 2]
+        r3 += a[lo + i + 3]
+        r4 += a[lo + i + 4]
+        r5 += a[lo + i + 5]
+        r6 += a[lo + i + 6]
+        r7 += a[lo + i + 7]
+        i += 8
+    res = ((r0 + r1) + (r2 + r3)) + ((r4 + r5) + (r6 + r7))
+    while i < n:
+        res += a[lo + i]
+        i += 1
+    return res
+
+
+@njit(cache=True, inline="always")
+def sum_at(values, idx, n, buf):
+    """``values[idx[:n]].sum()`` as numpy computes it (``buf``: scratch of at least n floats)."""
+    for j in range(n):
+        buf[j] = values[idx[j]]
+    return pairwise_sum(buf, 0, n)
+
+
+@njit(cache=True, inline="always")
+def evict(tier, victims, m, res, occ, sizes, buf):
+    """``Simulator._evict`` of ``victims[:m]``: leaving RAM also leaves VRAM (containment)."""
+    if tier == RAM:
+        nb = 0
+        for j in range(m):
+            if res[VRAM, victims[j]]:
+                buf[nb] = sizes[victims[j]]
+                nb += 1
+        if nb:
+            for j in range(m):
+                res[VRAM, victims[j]] = False
+            occ[VRAM] -= pairwise_sum(buf, 0, nb)
+    for j in range(m):
+        res[tier, victims[j]] = False
+    occ[tier] -= sum_at(sizes, victims, m, buf)
+
+
+@njit(cache=True, inline="always")
+def evict_one_by_one(tier, cand, count, pr, res, occ, sizes, buf, one):
+    """One expert size: evict ``count`` lowest-priority candidates one at a time (first index on ties); RAM
+    takes candidates outside VRAM while there are any."""
+    n = cand.shape[0]
+    for _ in range(count):
+        pool = False
+        if tier == RAM:
+            for i in range(n):
+                if cand[i] and not res[VRAM, i]:
+                    pool = True
+                    break
+        victim, low = 0, np.inf
+        for i in range(n):
+            if cand[i] and not (pool and res[VRAM, i]) and pr[i] < low:
+                victim, low = i, pr[i]
+        cand[victim] = False
+        one[0] = victim
+        evict(tier, one, 1, res, occ, sizes, buf)
+
+
+@njit(cache=True)
+def evict_lowest(tier, cand_mask, deficit, pr, res, occ, sizes, buf):
+    """Mixed sizes: evict the lowest-priority candidates (RAM: those outside VRAM first, then by priority,
+    then by id, as ``np.lexsort``) until ``deficit`` bytes are free."""
+    cand = np.flatnonzero(cand_mask)
+    order = np.argsort(pr[cand], kind="mergesort")
+    if tier == RAM:     # a stable partition by VRAM residency keeps the priority order inside each part
+        outside = np.array([o for o in order if not res[VRAM, cand[o]]], dtype=np.int64)
+        inside = np.array([o for o in order if res[VRAM, cand[o]]], dtype=np.int64)
+        order = np.concatenate((outside, inside))
+    ranked = cand[order]
+    m = int(np.searchsorted(np.cumsum(sizes[ranked]), deficit)) + 1
+    if m > ranked.shape[0]:
+        raise AssertionError("cannot make room (capacity check missed)")
+    evict(tier, ranked, m, res, occ, sizes, buf)
+
+
+@njit(cache=True, inline="always")
+def prefetch_move(tier, o, victims, nv, res, occ, bank, caps, sizes, flt, buf):
+    """``Simulator._prefetch``: move ``o`` into ``tier`` from the link bank, evicting a prefix of the
+    ranked ``victims[:nv]`` if that makes room; False (nothing changes) if it cannot."""
+    s = sizes[o]
+    free = caps[tier] - occ[tier]
+    if s > bank[tier] or s > free + sum_at(sizes, victims, nv, buf):
+        return False
+    if s > free:
+        m = int(np.searchsorted(np.cumsum(sizes[victims[:nv]]), s - free)) + 1
+        evict(tier, victims, m, res, occ, sizes, buf)
+    res[tier, o] = True
+    occ[tier] += s
+    bank[tier] -= s
+    flt[BYTES + tier] += s
+    flt[PREFETCHED + tier] += s
+    return True
