@@ -21,12 +21,13 @@ from jax.experimental import mesh_utils
 from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
+from edge_jax.compile import loops
 from edge_jax.compile.chips import Target
+from edge_jax.compile.loops import Cost, cost_of
 from edge_jax.config import ConfigError
 from edge_jax.layers.kernels import backend
 from edge_jax.models import DecoderLM
 from edge_jax.models.count import ROM_AXES, param_sizes
-from edge_jax.models.head import chunked_token_losses
 from edge_jax.models.inputs import host_shapes
 from edge_jax.sharding import MESH_AXES, batch_sharding, check_divisible, check_model_divisible, on_mesh, replicated
 from edge_jax.train.optim import make_optimizer
@@ -51,11 +52,12 @@ class CompileStats:
     alias_bytes: int
     temp_bytes: int
     code_bytes: int
-    flops: float                # compiled FLOPs per device per step (remat recompute included; with a
-    bytes_accessed: float       # chunked loss, + the chunks XLA counts once: loss_chunks_uncounted)
+    flops: float                # FLOPs per device per step: the compiler's count (remat recompute
+    bytes_accessed: float       # included) + the loop bodies it counts once (edge_jax.compile.loops)
     model_flops: float          # 6 N T + attention, all devices together (for MFU)
     tokens: int                 # tokens per step
     compile_s: float
+    loop_flops: float = 0.0     # the part of ``flops`` added for loop bodies (0: none, or not scanned)
 
     @property
     def total_bytes(self) -> int:
@@ -114,48 +116,23 @@ def model_flops(cfg, tokens: int, seq: int, train: bool = True) -> float:
     return per_token * tokens / (1 if train else 3)
 
 
-def _cost(compiled) -> tuple[float, float]:
-    cost = compiled.cost_analysis()
-    cost = cost[0] if isinstance(cost, (list, tuple)) else cost
-    return float(cost.get("flops", 0.0)), float(cost.get("bytes accessed", 0.0))
-
-
-def loss_chunks_uncounted(config, cfg, mesh) -> tuple[float, float]:
-    """FLOPs and bytes per device of the chunks of a chunked loss (``train.loss_chunk``) that XLA's
-    cost analysis leaves out: it counts the loop over chunks once, so one chunk's head, loss and
-    gradient (forward, recompute, backward) are compiled alone here and counted chunks - 1 more
-    times. (0, 0) without a chunked loss."""
-    chunk, seq = int(config.train.loss_chunk), int(config.data.seq_len)
-    if chunk <= 0 or chunk == seq:
-        return 0.0, 0.0
-    micro = int(config.data.batch_size) // int(config.train.grad_accum)
-    dt, rows = jnp.dtype(cfg.dtype), batch_sharding(mesh)  # the vocabulary divides tensor (check_divisible)
-    h = jax.ShapeDtypeStruct((micro, chunk, cfg.d_model), dt, sharding=rows)
-    w = jax.ShapeDtypeStruct((cfg.d_model, cfg.vocab_size), dt, sharding=NamedSharding(mesh, P(None, "tensor")))
-    t = jax.ShapeDtypeStruct((micro, chunk), jnp.int32, sharding=rows)
-
-    def one_chunk(h, w, t):
-        return jax.value_and_grad(lambda h, w: jnp.mean(chunked_token_losses(h, w, t, chunk)), argnums=(0, 1))(h, w)
-
-    flops, nbytes = _cost(on_mesh(mesh, jax.jit(one_chunk).lower)(h, w, t).compile())
-    return flops * (seq // chunk - 1), nbytes * (seq // chunk - 1)
-
-
 def _stats(step, lowered_fn, mesh, config, tokens, seq, batch, state_abs, params_abs, cfg, train=True,
-           uncounted=(0.0, 0.0)):
+           uncounted=lambda counted: Cost()):
     start = time.perf_counter()
     compiled = lowered_fn()
     seconds = time.perf_counter() - start
     mem = compiled.memory_analysis()
-    flops, nbytes = _cost(compiled)
+    counted = cost_of(compiled)
+    added = uncounted(counted)
     return CompileStats(step=step, mesh=dict(mesh.shape), batch=batch, seq=seq,
                         grad_accum=int(config.train.grad_accum), remat=str(config.model.get("remat", "none")),
                         state_bytes=_per_device_bytes(state_abs), param_bytes=_per_device_bytes(params_abs),
                         argument_bytes=int(mem.argument_size_in_bytes), output_bytes=int(mem.output_size_in_bytes),
                         alias_bytes=int(mem.alias_size_in_bytes), temp_bytes=int(mem.temp_size_in_bytes),
-                        code_bytes=int(mem.generated_code_size_in_bytes), flops=flops + uncounted[0],
-                        bytes_accessed=nbytes + uncounted[1],
-                        model_flops=model_flops(cfg, tokens, seq, train), tokens=tokens, compile_s=seconds)
+                        code_bytes=int(mem.generated_code_size_in_bytes), flops=counted.flops + added.flops,
+                        bytes_accessed=counted.bytes + added.bytes,
+                        model_flops=model_flops(cfg, tokens, seq, train), tokens=tokens, compile_s=seconds,
+                        loop_flops=added.flops)
 
 
 def for_target(target: Target, lower):
@@ -196,8 +173,10 @@ def compile_train(config: ml_collections.ConfigDict, target: Target) -> CompileS
     step = jax.jit(make_train_step(config.train.grad_accum, schedule, config.train.loss_chunk), donate_argnums=0,
                    in_shardings=(shardings, None if host else data),
                    out_shardings=(shardings, None))
-    return _stats("train", lambda: on_mesh(mesh, for_target(target, step.lower))(state_abs, batch).compile(), mesh, config, b * t, t, b,
-                  state_abs, state_abs.params, cfg, uncounted=loss_chunks_uncounted(config, cfg, mesh))
+    lower = functools.partial(for_target, target)
+    return _stats("train", lambda: on_mesh(mesh, lower(step.lower))(state_abs, batch).compile(), mesh, config, b * t,
+                  t, b, state_abs, state_abs.params, cfg,
+                  uncounted=lambda counted: loops.uncounted(config, model, state_abs, shardings, mesh, counted, lower))
 
 
 def compile_decode(config: ml_collections.ConfigDict, target: Target, batch: int, max_len: int) -> CompileStats:

@@ -28,8 +28,33 @@ def parse_mesh(text: str | None, slices: int) -> dict:
     return out
 
 
+SCAN_KEY = "model.scan_layers"
+
+
+def choose_layers(config, unrolled: bool = False, explicit: bool = False) -> str:
+    """Compile the layers as one scanned body (``model.scan_layers=True``, MaxText's default: a
+    paper size compiles in minutes) unless ``unrolled`` (``--unrolled``: one body per layer),
+    ``explicit`` (the key was given: it stands) or the model's layers differ (its scan blocker,
+    :func:`edge_jax.models.scan.scan_blocker`). Sets the key in ``config``; returns a line that
+    says which form is compiled and why."""
+    if unrolled:
+        config.model.scan_layers = False
+        return "unrolled (--unrolled)"
+    if explicit:
+        return f"{'scanned' if config.model.scan_layers else 'unrolled'} ({SCAN_KEY}={config.model.scan_layers} given)"
+    if not config.model.scan_layers:
+        from edge_jax.models.scan import scan_blocker
+        from edge_jax.train.setup import model_config
+        reason = scan_blocker(model_config(config))
+        if reason:
+            return f"unrolled: {reason}, so the layers cannot be one scanned body"
+        config.model.scan_layers = True
+    return "scanned (the default; --unrolled compiles one body per layer)"
+
+
 def load(args, overrides):
-    """The config with the command's --batch / --seq / --mesh applied."""
+    """``(config, layers)``: the config with the command's --batch / --seq / --mesh applied and its
+    layers scanned unless --unrolled or the model cannot (:func:`choose_layers`, whose line is ``layers``)."""
     from edge_jax.config import load_config
     config = load_config(args.config, overrides)
     if args.batch:
@@ -37,7 +62,11 @@ def load(args, overrides):
     if args.seq:
         config.data.seq_len = args.seq
     config.mesh.update(parse_mesh(args.mesh, args.slices))
-    return config
+    explicit = any(o.partition("=")[0].strip() == SCAN_KEY for o in overrides)
+    if args.decode and not explicit:  # the KV-cache decoder runs the stack one layer at a time
+        config.model.scan_layers = False
+        return config, "unrolled (the decode step reads a KV cache per layer)"
+    return config, choose_layers(config, args.unrolled, explicit)
 
 
 def compiler(target, decode: bool = False) -> Callable:
@@ -48,8 +77,9 @@ def compiler(target, decode: bool = False) -> Callable:
     return lambda c: aot.compile_train(c, target)
 
 
-def report(config, target, decode: bool = False, fix: bool = True) -> tuple[str, bool]:
-    """``(printed table, fits)`` for one config on one target."""
+def report(config, target, decode: bool = False, fix: bool = True, layers: str = "") -> tuple[str, bool]:
+    """``(printed table, fits)`` for one config on one target; ``layers`` (from :func:`choose_layers`)
+    is printed as its own row."""
     from edge_jax.compile.fit import compile_with_fix
     from edge_jax.compile.report import KERNELS_NOTE, NOTE, describe, fix_row, oom_rows, table
     out = compile_with_fix(config, target, compiler(target, decode), fix)
@@ -57,6 +87,8 @@ def report(config, target, decode: bool = False, fix: bool = True) -> tuple[str,
         rows = oom_rows(out.oom, target)
     else:
         rows = describe(out.stats, target, 0.0 if decode else float(config.train.steps) * out.stats.tokens)
+    if layers:
+        rows.insert(1, ("layers", layers))
     if not out.fits and fix:
         rows.append(fix_row(out.fix, out.fix_stats, target))
         if out.fix_stats is not None:  # the step as it fits
@@ -79,6 +111,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    "(default: data.seq_len)")
     p.add_argument("--decode", action="store_true", help="compile one decode step with its KV cache instead")
     p.add_argument("--no-fix", action="store_true", help="do not search for a fix when the step does not fit")
+    p.add_argument("--unrolled", action="store_true", help="compile one body per layer (model.scan_layers=False) "
+                   "instead of the default scanned layers; slow for paper sizes")
 
 
 @COMMANDS.register("compile")
@@ -91,6 +125,7 @@ def add_parser(sub) -> None:
 
 def run(args, overrides) -> int:
     target = make_target(args.topology, args.slices)
-    text, _ = report(load(args, overrides), target, args.decode, not args.no_fix)
+    config, layers = load(args, overrides)
+    text, _ = report(config, target, args.decode, not args.no_fix, layers)
     print(text)
     return 0

@@ -62,6 +62,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--slices", type=count, default=1, help="with --compile-only: TPU slices over DCN")
     parser.add_argument("--mesh", default=None, help="with --compile-only: AXIS=SIZE over data, fsdp, tensor "
                         "(default: data = slices, fsdp = the other devices)")
+    parser.add_argument("--unrolled", action="store_true", help="with --compile-only: one compiled body per layer "
+                        "instead of the default scanned layers (model.scan_layers=True)")
 
 
 def joins_job(args: argparse.Namespace) -> bool:
@@ -102,6 +104,8 @@ def run(args: argparse.Namespace, *, train_fn: runner.TrainFn | None = None,
         raise ConfigError("--set seed=... is not allowed; use --seeds")
     if not args.compile_only and (args.topology or args.mesh or args.slices != 1):
         raise UserError("--topology, --slices and --mesh apply only with --compile-only; add it or drop them")
+    if not args.compile_only and args.unrolled:
+        raise UserError("--unrolled applies only with --compile-only; add it or drop it")
     load_config = load_config or runner.default_load_config
     if args.compile_only:
         return _compile_only(grid, args, extra, load_config, log)
@@ -197,7 +201,8 @@ def _compile_only(grid, args, extra, load_config, log) -> int:
     _check_out(out)
     check_overrides(grid, runner.plan(grid, 1), extra, load_config)
     target = make_target(args.topology, args.slices)
-    path = compile_grid(grid, target, parse_mesh(args.mesh, args.slices), out, load_config, extra, log)
+    path = compile_grid(grid, target, parse_mesh(args.mesh, args.slices), out, load_config, extra, log,
+                        unrolled=args.unrolled)
     log(f"wrote {path}")
     return 0
 

@@ -1,8 +1,10 @@
 """``edge-jax grid ABLATION --preset paper --compile-only --topology T``: compile every training run
 of a grid (its stages and its cells that train; seed 0, since seeds change no shape) for a TPU
 topology and write ``results/<name>/<preset>_compile.md``: per run the mesh, HBM per device,
-whether it fits (else the cheapest fix the compiler confirms), the roofline step time,
-tokens/s and the time for the run's token budget (train.steps x batch x seq).
+whether it fits (else the cheapest fix the compiler confirms), the roofline step time, its
+model-FLOPs utilisation, tokens/s and the time for the run's token budget (train.steps x batch x
+seq). Layers are compiled scanned unless ``unrolled`` or the run sets ``model.scan_layers`` itself
+(:func:`edge_jax.compile.command.choose_layers`); a run compiled unrolled says so in its name.
 
 Rows are kept per topology in ``<preset>_compile.json`` beside the table, so compiling a second
 topology adds its rows; both files are written atomically after every run.
@@ -19,7 +21,7 @@ from edge_jax.grid.stages import references
 from edge_jax.utils.atomic import write_json_atomic, write_text_atomic
 from edge_jax.utils.provenance import git_info
 
-COLUMNS = ("run", "mesh", "HBM / device", "fits", "est. step", "est. tokens/s", "est. time for budget",
+COLUMNS = ("run", "mesh", "HBM / device", "fits", "est. step", "est. MFU", "est. tokens/s", "est. time for budget",
            "compile s")
 
 
@@ -58,6 +60,7 @@ def _row(name: str, config, target, outcome) -> dict:
         budget = float(config.train.steps) * stats.tokens
         row.update({"HBM / device": gib(stats.total_bytes), "compile s": f"{stats.compile_s:.0f}",
                     "est. step": f"{est.step_s * 1e3:,.0f} ms" if est else "",
+                    "est. MFU": f"{100 * est.mfu:.1f} %" if est else "",
                     "est. tokens/s": f"{est.tokens_per_s:,.0f}" if est else "",
                     "est. time for budget": f"{duration(budget / est.tokens_per_s)} ({budget:.3g} tokens)"
                     if est and budget else ""})
@@ -70,7 +73,8 @@ def render(grid: Grid, preset: str, rows: dict) -> str:
              f"Written by `edge-jax grid {grid.path} --preset {preset} --compile-only --topology T` "
              "(docs/compile.md). One row per training run at seed 0; HBM is the compiler's per-device total "
              "(arguments + outputs - donated + temporaries + program). Where a run does not fit, the HBM and "
-             "estimates are those with the fix named.", "", NOTE, ""]
+             "estimates are those with the fix named. Layers are scanned (`model.scan_layers=True`) unless the "
+             "run's name says unrolled.", "", NOTE, ""]
     for topology, entry in rows.items():
         extra = ", ".join(f"`{k}={v}`" for k, v in entry.get("overrides", {}).items())
         lines += [f"## {topology}", "", f"Compiled at commit {entry['commit']} with jax {entry['jax']}"
@@ -82,11 +86,12 @@ def render(grid: Grid, preset: str, rows: dict) -> str:
 
 
 def compile_grid(grid: Grid, target, mesh: dict, out_dir: Path, load_config: Callable, extra: dict,
-                 log=print) -> Path:
-    """Compile every run of ``grid`` for ``target`` and (re)write its compile table."""
+                 log=print, unrolled: bool = False) -> Path:
+    """Compile every run of ``grid`` for ``target`` and (re)write its compile table; the layers
+    scanned unless ``unrolled`` (or a run sets ``model.scan_layers``, or cannot scan)."""
     import jax
 
-    from edge_jax.compile.command import compiler
+    from edge_jax.compile.command import SCAN_KEY, choose_layers, compiler
     from edge_jax.compile.fit import compile_with_fix
     out_dir.mkdir(parents=True, exist_ok=True)
     data_path = out_dir / f"{grid.preset}_compile.json"
@@ -103,7 +108,11 @@ def compile_grid(grid: Grid, target, mesh: dict, out_dir: Path, load_config: Cal
         try:
             config = load_config(base, {**overrides, **extra})
             config.mesh.update(mesh)
-            entry["rows"][name] = _row(name, config, target, compile_with_fix(config, target, compiler(target)))
+            layers = choose_layers(config, unrolled, SCAN_KEY in {**overrides, **extra})
+            if not config.model.scan_layers:
+                log(f"{name}: layers {layers}")
+            shown = name if config.model.scan_layers else f"{name} (unrolled)"
+            entry["rows"][name] = _row(shown, config, target, compile_with_fix(config, target, compiler(target)))
         except (UserError, ValueError) as e:  # a run that cannot be built for this target: said in its row
             entry["rows"][name] = {"run": name, "fits": f"not compiled: {str(e).splitlines()[0][:160]}"}
         log(f"{name}: " + ", ".join(f"{k} {v}" for k, v in entry["rows"][name].items() if k != "run" and v))
