@@ -190,6 +190,20 @@ def _run(kind, objs_TJ, n_layers, n_experts, sizes, cost_g, cost_r, caps, unit, 
                     pass
 
 
+@njit(cache=True)
+def ewma_history(experts_NLJ, state, alpha, out):
+    """``experiment.ewma_probs``'s loop: ``out[i]`` = each layer's EWMA (float32) just before token i, then the
+    update p <- (1 - alpha) p, p[hits] += alpha; ``state`` [L, E] float64 starts at the prior."""
+    n_tokens, n_layers, k = experts_NLJ.shape
+    for i in range(n_tokens):
+        for li in range(n_layers):
+            for e in range(state.shape[1]):
+                out[i, li, e] = np.float32(state[li, e])
+                state[li, e] *= 1.0 - alpha
+            for j in range(k):
+                state[li, experts_NLJ[i, li, j]] += alpha
+
+
 def has_kernel(policy, profile) -> bool:
     """Whether :func:`simulate` runs ``policy`` compiled (else it runs the reference)."""
     sizes = profile.sizes

@@ -73,17 +73,56 @@ def _train_metrics(info: dict) -> dict:
     return {f"scoutgate_train_{k}": info[k] for k in ("bce", "card", "steps", "wall_s") if k in info}
 
 
-def ewma_probs(experts_NLJ: np.ndarray, n_experts: int, alpha: float, p0: float) -> np.ndarray:
-    """float32 [N, L, E]: each layer's EWMA just before that token's layer runs (what it predicts)."""
-    from edge_jax.papers.expert_cache.watermark import ewma_update
+def ewma_probs(experts_NLJ: np.ndarray, n_experts: int, alpha: float, p0: float, compiled: bool = True) -> np.ndarray:
+    """float32 [N, L, E]: each layer's EWMA just before that token's layer runs (what it predicts).
+    ``compiled``: the numba loop (compiled_sim.ewma_history, the same numbers); False: this numpy loop."""
     n, L, k = experts_NLJ.shape
     out = np.empty((n, L, n_experts), np.float32)
     state = np.full((L, n_experts), p0 if p0 >= 0 else k / n_experts)
+    if compiled:
+        from edge_jax.papers.expert_cache.compiled_sim import ewma_history
+        ewma_history(np.ascontiguousarray(experts_NLJ, np.int64), state, float(alpha), out)
+        return out
+    from edge_jax.papers.expert_cache.watermark import ewma_update
     rows = np.arange(L)[:, None]
     for i in range(n):
         out[i] = state
         ewma_update(state, (rows, experts_NLJ[i]), alpha)
     return out
+
+
+_RECENT: dict = {}
+
+
+def _recent(key, make):
+    """``make()``, remembered for the two most recent keys: a grid runs its cells seed by seed in one process,
+    and the cells of one seed and trace share the trace and ScoutGate's forecasts (at 1 M tokens, loading
+    or generating the trace and forecasting take longer than simulating)."""
+    if key not in _RECENT:
+        while len(_RECENT) >= 2:
+            _RECENT.pop(next(iter(_RECENT)))
+        _RECENT[key] = make()
+    return _RECENT[key]
+
+
+def _trace_key(c) -> str:
+    """What the trace of ``c`` depends on: the synthetic settings, or the file (its size and time too)."""
+    if c.trace.source == "synthetic":
+        return json.dumps({"seed": c.seed, **c.synthetic.to_dict()}, sort_keys=True)
+    path = Path(trace_path(c))
+    stat = path.stat() if path.is_file() else None
+    return json.dumps([str(path.resolve()), stat and stat.st_size, stat and stat.st_mtime_ns])
+
+
+def _scout_key(c):
+    """What the forecasts of ``c`` depend on besides the trace, or None when ScoutGate is trained in the run."""
+    if not c.scoutgate.from_dir:
+        return None
+    path = Path(c.scoutgate.from_dir) / SCOUT_FILE
+    stat = path.stat() if path.is_file() else None
+    return json.dumps([str(path.resolve()), stat and stat.st_size, stat and stat.st_mtime_ns,
+                       c.trace.eval_fraction, c.trace.max_tokens, c.predictor.alpha, c.predictor.p0,
+                       c.scoutgate.to_dict()], sort_keys=True)
 
 
 @RUNNERS.register(TASK)
@@ -93,7 +132,7 @@ def run_experiment(c, workdir: str | Path, log=print) -> dict:
     wd.mkdir(parents=True, exist_ok=True)
     write_json_atomic(wd / "config.json", json.loads(json.dumps(c.to_dict(), default=str)))
     t0 = time.time()
-    trace = load_trace(c)
+    trace = _recent(("trace", _trace_key(c)), lambda: load_trace(c))
     profile = build_profile(c.profile, trace.n_layers, trace.n_experts, seed=c.seed)
     cap_g, cap_r = capacities(profile, c.cache.vram_fraction, c.cache.ram_fraction, trace.top_k)
     train, ev = split_trace(trace, c.trace.eval_fraction, c.trace.max_tokens)
@@ -106,11 +145,16 @@ def run_experiment(c, workdir: str | Path, log=print) -> dict:
     if needs_scout(c):
         from edge_jax.papers.expert_cache.scoutgate import predict, recall_at_k
         params, info = scout_params(c, train, wd, log)
-        scout = predict(params, ev, scout_config(c))
-        ewma = ewma_probs(ev.experts, ev.n_experts, c.predictor.alpha, c.predictor.p0)
-        metrics.update(info, scoutgate_recall_at_k=recall_at_k(scout, ev.experts),
-                       ewma_recall_at_k=recall_at_k(ewma, ev.experts),
-                       scoutgate_mean_sum_p=float(scout.sum(-1).mean()))
+
+        def forecast():
+            probs = predict(params, ev, scout_config(c))
+            ewma = ewma_probs(ev.experts, ev.n_experts, c.predictor.alpha, c.predictor.p0)
+            return probs, {"scoutgate_recall_at_k": recall_at_k(probs, ev.experts),
+                           "ewma_recall_at_k": recall_at_k(ewma, ev.experts),
+                           "scoutgate_mean_sum_p": float(probs.sum(-1).mean())}
+        key = _scout_key(c)
+        scout, scores = forecast() if key is None else _recent(("scout", key, _trace_key(c)), forecast)
+        metrics.update(info, **scores)
     entry = CACHE_POLICIES.get(c.cache.policy)
     if entry.offline is not None:
         stats, extra = entry.offline(ev.experts, profile, cap_g, cap_r)

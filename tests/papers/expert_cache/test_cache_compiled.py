@@ -125,3 +125,10 @@ def test_compiled_equals_reference_on_whole_real_traces(seed):
     scout = noisy_scout(ev.experts, ev.n_experts, seed)
     for vram in (0.1, 0.2, 0.3, 0.4, 0.5):
         assert_identical(ev.experts, prof, *capacities(prof, vram, 0.6, ev.top_k), scout)
+
+
+def test_compiled_ewma_history_equals_the_numpy_loop():
+    from edge_jax.papers.expert_cache.experiment import ewma_probs
+    experts = synthetic_routing(500, 3, 8, 2, seed=4, vocab=32, d_embed=4).experts
+    for alpha, p0 in ((0.02, -1.0), (0.3, 0.1)):
+        assert np.array_equal(ewma_probs(experts, 8, alpha, p0), ewma_probs(experts, 8, alpha, p0, compiled=False))

@@ -171,3 +171,22 @@ def test_bench_runs_every_policy():
         row = next(line for line in out.splitlines() if line.startswith(f"  {p} "))
         assert row.split()[5] == "yes", row     # the compiled replay of the shared prefix equals the reference's
     assert "compiled = reference: PASS" in out or "compiled = reference: FAIL" in out
+
+
+def test_cells_of_one_trace_share_its_forecasts(tmp_path, monkeypatch):
+    """A second run in one process on the same trace and ScoutGate reuses the first one's forecasts and gives
+    the metrics the first computed afresh."""
+    from edge_jax.papers.expert_cache import experiment, scoutgate
+    calls = []
+    predict = scoutgate.predict
+    monkeypatch.setattr(scoutgate, "predict", lambda *a, **k: calls.append(1) or predict(*a, **k))
+    stage = small_config("none")
+    run_experiment(stage, tmp_path / "stage", log=lambda *a: None)
+    cell = small_config("scoutgate", **{"scoutgate.from_dir": str(tmp_path / "stage")})
+    experiment._RECENT.clear()
+    first = run_experiment(cell, tmp_path / "a", log=lambda *a: None)
+    assert len(experiment._RECENT) == 2       # the trace and the forecasts
+    again = run_experiment(cell, tmp_path / "b", log=lambda *a: None)
+    assert len(calls) == 2      # the stage's own, and the first cell's
+    for key in ("stall_ms_per_token", "scoutgate_recall_at_k", "ewma_recall_at_k", "vram_hit_pct"):
+        assert first[key] == again[key]
