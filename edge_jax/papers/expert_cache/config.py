@@ -4,6 +4,7 @@ predictor and ScoutGate settings. ``edge_jax.config.load_config`` loads it like 
 
 Policies: ``fifo``, ``lru``, ``lfu`` (demand fetch), ``ewma`` and ``scoutgate`` (the watermark controller
 driven by EWMA alone, η = 0, or ScoutGate alone, η = 1), ``watermark`` (fused with ``predictor.eta``),
+``watermark_pop`` (the same with RAM ranked by long-run popularity),
 ``belady`` (the offline bound), and ``none`` (no simulation: only train and score ScoutGate, the grid stage
 that cells share).
 """
@@ -41,8 +42,10 @@ def base_config() -> ml_collections.ConfigDict:
     c.cache = ml_collections.ConfigDict(dict(policy="watermark", vram_fraction=0.2, ram_fraction=0.6))
     # Watermark policy (§4): EWMA rate alpha and prior p0 (negative: k / E), fusion eta, reuse decay gamma,
     # watermark step size (unit-free, see edge_jax.papers.expert_cache.watermark) and hysteresis.
+    # watermark_pop (edge_jax.papers.expert_cache.watermark_pop): RAM ranked by a slow EWMA (pop_alpha) plus
+    # pop_mix x the fused probability; its own reuse decay pop_gamma.
     c.predictor = ml_collections.ConfigDict(dict(alpha=0.02, p0=-1.0, eta=0.5, gamma=0.5, watermark_step=0.05,
-                                                 hysteresis=0.1))
+                                                 hysteresis=0.1, pop_alpha=0.001, pop_mix=0.3, pop_gamma=0.0))
     # ScoutGate (§4.2): from_dir = a workdir where it was trained (policy none); empty trains it here.
     c.scoutgate = ml_collections.ConfigDict(dict(
         from_dir="", m=8, d_proj=128, d_layer=32, d_expert=32, d_rank=64, d_hidden=0, steps=1500, batch=256,
@@ -78,6 +81,9 @@ def validate(c) -> None:
                           f"{p.watermark_step}")
     if not 0.0 <= p.hysteresis < 1.0:
         raise ConfigError(f"predictor.hysteresis must be in [0, 1), got {p.hysteresis}")
+    if not 0.0 < p.pop_alpha <= 1.0 or p.pop_mix < 0 or p.pop_gamma < 0:
+        raise ConfigError(f"need predictor.pop_alpha in (0, 1], pop_mix >= 0 and pop_gamma >= 0; got {p.pop_alpha}, "
+                          f"{p.pop_mix}, {p.pop_gamma}")
     s = c.scoutgate
     for key in ("m", "d_proj", "d_layer", "d_expert", "d_rank", "steps", "batch"):
         if s[key] <= 0:
