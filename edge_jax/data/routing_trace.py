@@ -1,8 +1,9 @@
 """Routing traces: which experts a MoE model picked for every token (for expert-cache studies).
 
-A trace records one model run over held-out text: for each token, at each MoE layer, its top-k
-experts (best first) and their router probabilities. An expert-cache simulator replays it; a learned
-expert predictor may also read the token ids and the model's frozen token embeddings.
+A trace records one model run over text (a held-out or a training split): for each token, at each MoE
+layer, its top-k experts (best first) and, unless left out, their router probabilities. An expert-cache
+simulator replays it; a learned expert predictor may also read the token ids and the model's frozen
+token embeddings.
 
 On-disk format, version 1: one ``.npz`` file (a zip of ``.npy`` arrays, as ``np.savez`` writes it,
 possibly deflate-compressed), all arrays little-endian and C-ordered; N tokens, S sequences, L MoE
@@ -12,14 +13,15 @@ layers, top-k K, vocabulary V, embedding width D:
 array          dtype        shape         meaning
 =============  ===========  ============  =========================================================
 ``header``     unicode      ()            JSON text, see below
-``tokens``     int32        [N]           token ids of the held-out sequences, concatenated
+``tokens``     int32        [N]           token ids of the traced sequences, concatenated
 ``seq_starts`` int64        [S]           offset of each sequence's first token in ``tokens``:
                                           first is 0, strictly increasing, each < N (S = 0 iff N = 0)
 ``experts``    int16        [N, L, K]     top-k expert ids per token and MoE layer, best first,
                                           distinct, in [0, n_experts)
 ``probs``      float32      [N, L, K]     their router probabilities: the softmax over all
                                           experts, before any top-k renormalisation; in [0, 1],
-                                          non-increasing along K
+                                          non-increasing along K; optional (absent when recorded
+                                          with ``edge-jax moe trace --no-probs``)
 ``embeddings`` float32      [V, D]        the model's frozen token-embedding table; optional
                                           (absent when not recorded); every token id is < V
 =============  ===========  ============  =========================================================
@@ -29,13 +31,14 @@ The header (``json.loads(str(z["header"]))``) is an object with keys:
 ``layers`` (list of L ints: the model layer index of each MoE layer, in the order of axis 1),
 ``meta`` (free JSON provenance: workdir, dataset, split, tokenizer, git commit, config summary...),
 and ``arrays``: ``{name: {"dtype": numpy dtype str e.g. "<i2", "shape": [...], "sha256": hex
-digest of the array's raw C-order bytes}}`` for every array but ``header``.
+digest of the array's raw C-order bytes}}`` for every array in the file but ``header``.
 
 Reading without edge_jax::
 
     z = np.load("trace.npz", allow_pickle=False)
     header = json.loads(str(z["header"]))
-    experts, probs = z["experts"], z["probs"]     # [N, L, K]
+    experts = z["experts"]                       # [N, L, K]
+    probs = z["probs"] if "probs" in z.files else None
     bounds = list(z["seq_starts"]) + [len(z["tokens"])]
 """
 from __future__ import annotations
@@ -60,6 +63,7 @@ FORMAT_NAME = "edge_jax.routing_trace"
 RECORD_HINT = "record one with `edge-jax moe trace --workdir W --out DIR`"
 _DTYPES = {"tokens": np.int32, "seq_starts": np.int64, "experts": np.int16,
            "probs": np.float32, "embeddings": np.float32}
+_OPTIONAL = ("probs", "embeddings")  # arrays a trace may leave out
 
 
 class TraceError(DataError):
@@ -71,7 +75,7 @@ class RoutingTrace:
     tokens: np.ndarray        # int32 [N]
     seq_starts: np.ndarray    # int64 [S]
     experts: np.ndarray       # int16 [N, L, K]
-    probs: np.ndarray         # float32 [N, L, K]
+    probs: np.ndarray | None  # float32 [N, L, K]; None: recorded without router probabilities
     layers: tuple[int, ...]
     n_experts: int
     top_k: int
@@ -91,6 +95,13 @@ class RoutingTrace:
     def n_layers(self) -> int:
         return len(self.layers)
 
+    def router_probs(self, needed_by: str) -> np.ndarray:
+        """``probs``, or a one-line TraceError naming ``needed_by`` when the trace was recorded without them."""
+        if self.probs is None:
+            _fail(f"{needed_by} needs router probabilities, but this routing trace was recorded without them "
+                  f"(`edge-jax moe trace --no-probs`); re-record it without --no-probs")
+        return self.probs
+
     def sequences(self) -> Iterator[tuple[int, int]]:
         """Yield ``(start, stop)`` of each sequence: ``tokens[start:stop]`` is one sequence."""
         stops = [*self.seq_starts[1:].tolist(), self.n_tokens]
@@ -100,7 +111,7 @@ class RoutingTrace:
         """Check dtypes, shapes and value ranges against the format; raise TraceError. Returns self."""
         for name, dtype in _DTYPES.items():
             a = getattr(self, name)
-            if a is None and name == "embeddings":
+            if a is None and name in _OPTIONAL:
                 continue
             if not isinstance(a, np.ndarray) or a.dtype != dtype:
                 got = a.dtype if isinstance(a, np.ndarray) else type(a).__name__
@@ -113,7 +124,7 @@ class RoutingTrace:
         if len(set(self.layers)) != len(self.layers) or any(i < 0 for i in self.layers):
             _fail(f"layers must be distinct non-negative layer indices, got {list(self.layers)}")
         for name in ("experts", "probs"):
-            if getattr(self, name).shape != lkk:
+            if getattr(self, name) is not None and getattr(self, name).shape != lkk:
                 _fail(f"{name} has shape {getattr(self, name).shape}, expected [N, L, K] = {list(lkk)} "
                       f"(N tokens, L = len(layers), K = top_k)")
         s = self.seq_starts
@@ -126,9 +137,9 @@ class RoutingTrace:
         if self.top_k > 1 and np.any(np.diff(np.sort(self.experts, axis=-1), axis=-1) == 0):
             _fail("a token picked the same expert twice at one layer; top-k experts must be distinct")
         p = self.probs
-        if not np.all(np.isfinite(p)) or (p.size and (p.min() < 0 or p.max() > 1)):
+        if p is not None and (not np.all(np.isfinite(p)) or (p.size and (p.min() < 0 or p.max() > 1))):
             _fail("probs must be finite router probabilities in [0, 1]")
-        if np.any(p[..., 1:] > p[..., :-1]):
+        if p is not None and np.any(p[..., 1:] > p[..., :-1]):
             _fail("probs must be non-increasing along top-k (experts best first)")
         if self.embeddings is not None:
             e = self.embeddings
@@ -210,6 +221,9 @@ def _load(path: Path) -> RoutingTrace:
         specs, held = header["arrays"], set(z.files) - {"header"}
         if set(specs) != held:
             _fail(f"header lists arrays {sorted(specs)} but the file holds {sorted(held)}; {redo}")
+        lacking = sorted(set(_DTYPES) - set(_OPTIONAL) - held)
+        if lacking:
+            _fail(f"the file lacks the required array(s) {lacking}; {redo}")
         arrays = {k: z[k] for k in specs}
     for k, a in arrays.items():
         want = specs[k]
@@ -220,5 +234,5 @@ def _load(path: Path) -> RoutingTrace:
             _fail(f"array {k} fails its sha256 checksum; {redo}")
     trace = RoutingTrace(layers=header["layers"], n_experts=header["n_experts"],
                          top_k=header["top_k"], meta=header.get("meta", {}),
-                         embeddings=arrays.pop("embeddings", None), **arrays)
+                         **{k: arrays.pop(k, None) for k in _OPTIONAL}, **arrays)
     return trace.validate()

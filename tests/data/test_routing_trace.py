@@ -3,6 +3,7 @@ import dataclasses
 import itertools
 import json
 import zipfile
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -159,3 +160,58 @@ def test_sequences_boundaries():
     bounds = list(s.sequences())
     assert len(bounds) == 7 and bounds[0][0] == 0 and bounds[-1][1] == 1000
     assert all(a < b for a, b in bounds) and all(b == c for (_, b), (c, _) in itertools.pairwise(bounds))
+
+
+@pytest.mark.parametrize("compress", [False, True])
+def test_round_trip_without_probs(tmp_path, compress):
+    t = _trace()
+    bare = dataclasses.replace(t, probs=None).validate()
+    path = write_trace(tmp_path / "t.npz", bare, compress=compress)
+    with np.load(path, allow_pickle=False) as z:   # plain numpy: no probs array, nor a header entry for it
+        assert "probs" not in z.files and "probs" not in json.loads(str(z["header"]))["arrays"]
+        assert np.array_equal(z["experts"], t.experts)
+    r = read_trace(path)
+    assert r.probs is None
+    for name in ("tokens", "seq_starts", "experts", "embeddings"):
+        assert np.array_equal(getattr(r, name), getattr(t, name)), name
+    assert path.stat().st_size < write_trace(tmp_path / "full.npz", t, compress=compress).stat().st_size
+
+
+def test_probs_needed_but_left_out_is_one_line_error():
+    t = _trace()
+    assert t.router_probs("the EWMA predictor") is t.probs
+    with pytest.raises(TraceError, match=r"the EWMA predictor needs router probabilities.*--no-probs") as e:
+        dataclasses.replace(t, probs=None).router_probs("the EWMA predictor")
+    assert "\n" not in str(e.value)
+
+
+def test_left_out_probs_still_checked_when_present():
+    t = _trace()
+    with pytest.raises(TraceError, match="probs has shape"):
+        _replace(t, probs=t.probs[:, :, :2].copy()).validate()
+    with pytest.raises(TraceError, match="float32"):
+        _replace(t, probs=t.probs.astype(np.float64)).validate()
+
+
+def test_required_array_missing_from_file_and_header(tmp_path):
+    src = write_trace(tmp_path / "t.npz", _trace())
+
+    def drop_experts(h, a):
+        del a["experts"], h["arrays"]["experts"]
+
+    _rewrite(src, tmp_path / "bad.npz", drop_experts)
+    with pytest.raises(TraceError, match=r"lacks the required array\(s\) \['experts'\]"):
+        read_trace(tmp_path / "bad.npz")
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_committed_traces_read_as_stored(seed):
+    """The committed traces (written before probs could be left out) read array for array as numpy loads them."""
+    path = Path(__file__).parents[2] / "results" / "npumoe_traces" / f"seed{seed}" / "pystdlib_validation.npz"
+    t = read_trace(path)
+    with np.load(path, allow_pickle=False) as z:
+        assert sorted(z.files) == ["embeddings", "experts", "header", "probs", "seq_starts", "tokens"]
+        for name in ("tokens", "seq_starts", "experts", "probs", "embeddings"):
+            a = getattr(t, name)
+            assert a.dtype == z[name].dtype and np.array_equal(a, z[name]), name
+    assert (t.n_tokens, t.n_layers, t.top_k, t.n_experts) == (65536, 4, 2, 16)
