@@ -19,6 +19,7 @@ from edge_jax.papers.expert_cache.compiled_tiers import (
     RAM,
     STALL,
     VRAM,
+    enter,
     evict_lowest,
     evict_one_by_one,
     prefetch_move,
@@ -48,23 +49,20 @@ def _priority(kind, tier, pol, buf, t):
 
 
 @njit(cache=True, inline="always")
-def _admit(kind, tier, new, nn, objs_TJ, t, res, occ, caps, sizes, unit, pol, prbuf, flt, buf, one, cand):
+def _admit(kind, tier, new, nn, stamp, t, res, members, pos, cnt, occ, caps, sizes, unit, pol, prbuf, flt, buf, one):
     """``Simulator._admit``: make ``new[:nn]`` resident in ``tier`` for step ``t``, never evicting one of
-    its experts ``objs_TJ[t]`` (``cand``: scratch mask)."""
+    its experts (``stamp[o] == t``)."""
     need = sum_at(sizes, new, nn, buf)
     room = caps[tier] - occ[tier]
     if need > room:
-        for i in range(cand.shape[0]):
-            cand[i] = res[tier, i]
-        for j in range(objs_TJ.shape[1]):
-            cand[objs_TJ[t, j]] = False
         pr = _priority(kind, tier, pol, prbuf, t)
         if unit != 0.0:
-            evict_one_by_one(tier, cand, int(np.ceil((need - room) / unit)), pr, res, occ, sizes, buf, one)
+            evict_one_by_one(tier, int(np.ceil((need - room) / unit)), pr, stamp, t, res, members, pos, cnt, occ,
+                             sizes, buf, one)
         else:
-            evict_lowest(tier, cand, need - room, pr, res, occ, sizes, buf)
+            evict_lowest(tier, need - room, pr, stamp, t, res, members, pos, cnt, occ, sizes, buf)
     for j in range(nn):
-        res[tier, new[j]] = True
+        enter(tier, new[j], res, members, pos, cnt)
     occ[tier] += need
     flt[1 + tier] += need
     if kind == _FIFO:
@@ -110,30 +108,38 @@ def _observe_watermark(objs_TJ, t, token, layer, n_layers, n_experts, n_tokens, 
 
 
 @njit(cache=True, inline="always")
-def _prefetch_watermark(tier, h, lam, pol, res, occ, bank, caps, sizes, flt, buf, below):
-    """``Watermark._prefetch``: promote (VRAM) or stage (RAM) the densest admissible expert; whether it moved."""
-    n = sizes.shape[0]
+def _prefetch_watermark(tier, h, lam, pol, res, members, pos, cnt, occ, bank, caps, sizes, flt, buf, below):
+    """``Watermark._prefetch``: promote (VRAM) or stage (RAM) the densest admissible expert (lowest id on
+    ties); whether it moved."""
     b = pol[_DENSITY + tier]
     admit, keep = lam[tier] * (1 + h), lam[tier] * (1 - h)
     best = -1
-    for i in range(n):
-        cand = (res[RAM, i] and not res[VRAM, i]) if tier == VRAM else not res[RAM, i]
-        if cand and b[i] >= admit and (best < 0 or b[i] > b[best]):
-            best = i
+    if tier == VRAM:        # RAM residents outside VRAM
+        for idx in range(cnt[RAM]):
+            i = members[RAM, idx]
+            if not res[VRAM, i] and b[i] >= admit and (best < 0 or b[i] > b[best] or (b[i] == b[best] and i < best)):
+                best = i
+    else:                   # experts outside RAM
+        for i in range(sizes.shape[0]):
+            if not res[RAM, i] and b[i] >= admit and (best < 0 or b[i] > b[best]):
+                best = i
     if best < 0:
         return False
     nb, below_bytes = 0, 0.0
-    for i in range(n):
-        resident = res[VRAM, i] if tier == VRAM else (res[RAM, i] and not res[VRAM, i])
-        if resident and b[i] < keep:
+    for idx in range(cnt[tier]):
+        i = members[tier, idx]
+        if (tier == VRAM or not res[VRAM, i]) and b[i] < keep:
             below[nb] = i
             nb += 1
             below_bytes += sizes[i]     # whole bytes: exact in any order
     s, free = sizes[best], caps[tier] - occ[tier]
     if s > bank[tier] or s > free + below_bytes:
         return False
-    ranked = below[:nb][np.argsort(b[below[:nb]], kind="mergesort")] if s > free else below[:nb]
-    return prefetch_move(tier, best, ranked, nb, res, occ, bank, caps, sizes, flt, buf)
+    ranked = below[:nb]
+    if s > free:            # by density, then id (numpy's stable argsort over ascending ids)
+        ranked = np.sort(ranked)
+        ranked = ranked[np.argsort(b[ranked], kind="mergesort")]
+    return prefetch_move(tier, best, ranked, nb, res, members, pos, cnt, occ, bank, caps, sizes, flt, buf)
 
 
 @njit(cache=True)
@@ -143,6 +149,8 @@ def _run(kind, objs_TJ, n_layers, n_experts, sizes, cost_g, cost_r, caps, unit, 
     n = sizes.shape[0]
     n_tokens = n_steps // n_layers
     res = np.zeros((2, n), np.bool_)
+    members, pos, cnt = np.zeros((2, n), np.int64), np.zeros((2, n), np.int64), np.zeros(2, np.int64)
+    stamp = np.full(n, -1, np.int64)      # stamp[o] == t: o is one of step t's experts
     occ, bank = np.zeros(2), np.zeros(2)
     pol = np.full((6, n), -1.0)
     pol[_COUNT] = 0.0
@@ -150,7 +158,6 @@ def _run(kind, objs_TJ, n_layers, n_experts, sizes, cost_g, cost_r, caps, unit, 
     prbuf, buf = np.empty(n), np.empty(max(n, k))
     miss_g, miss_r = np.empty(k, np.int64), np.empty(k, np.int64)
     one, below = np.empty(1, np.int64), np.empty(n, np.int64)
-    cand = np.empty(n, np.bool_)
     whole = sizes.astype(np.int64)     # whole bytes (has_kernel): the watermark's byte sums in integers
     s_min = sizes.min()
     for t in range(n_steps):
@@ -158,6 +165,7 @@ def _run(kind, objs_TJ, n_layers, n_experts, sizes, cost_g, cost_r, caps, unit, 
         ng = nr = 0
         for j in range(k):
             o = objs_TJ[t, j]
+            stamp[o] = t
             if not res[VRAM, o]:
                 miss_g[ng] = o
                 ng += 1
@@ -178,15 +186,17 @@ def _run(kind, objs_TJ, n_layers, n_experts, sizes, cost_g, cost_r, caps, unit, 
             _observe_watermark(objs_TJ, t, token, layer, n_layers, n_experts, n_tokens, res, whole, caps, pol, ewma,
                                lam, wm, weight, dens_g, dens_r, scaled_scout)
         if nr:
-            _admit(kind, RAM, miss_r, nr, objs_TJ, t, res, occ, caps, sizes, unit, pol, prbuf, flt, buf, one, cand)
+            _admit(kind, RAM, miss_r, nr, stamp, t, res, members, pos, cnt, occ, caps, sizes, unit, pol, prbuf, flt,
+                   buf, one)
         if ng:
-            _admit(kind, VRAM, miss_g, ng, objs_TJ, t, res, occ, caps, sizes, unit, pol, prbuf, flt, buf, one, cand)
+            _admit(kind, VRAM, miss_g, ng, stamp, t, res, members, pos, cnt, occ, caps, sizes, unit, pol, prbuf, flt,
+                   buf, one)
         if prefetches:
             for tier in (VRAM, RAM):
                 bank[tier] = min(bank[tier] + credit[tier], bank_cap[tier])
             for tier in (VRAM, RAM):
-                while bank[tier] >= s_min and _prefetch_watermark(tier, wm[3], lam, pol, res, occ, bank, caps, sizes,
-                                                                  flt, buf, below):
+                while bank[tier] >= s_min and _prefetch_watermark(tier, wm[3], lam, pol, res, members, pos, cnt, occ,
+                                                                  bank, caps, sizes, flt, buf, below):
                     pass
 
 

@@ -1,7 +1,9 @@
 """Numba twins of the two tiers' bookkeeping in :class:`~edge_jax.papers.expert_cache.engine.Simulator`.
 
-State is arrays: ``res`` bool [2, n] (row ``VRAM`` = x^G, row ``RAM`` = x^R), ``occ`` / ``bank`` / ``caps``
-float64 [2] and ``flt`` float64 [5] (stall, bytes into VRAM, into RAM, prefetched into VRAM, into RAM). Every
+State is arrays: ``res`` bool [2, n] (row ``VRAM`` = x^G, row ``RAM`` = x^R) with each tier's residents also
+listed (``members[tier, :cnt[tier]]``, in no order; ``pos`` is each resident's place in it), so evictions
+scan a tier's residents rather than every expert; ``occ`` / ``bank`` / ``caps`` float64 [2] and ``flt``
+float64 [5] (stall, bytes into VRAM, into RAM, prefetched into VRAM, into RAM). Every
 float is computed as the reference computes it, in the same order: a numpy ``.sum()`` becomes
 :func:`pairwise_sum`, numpy's own summation order, so the compiled simulator's stall and byte counts are
 bit-for-bit the reference's (tests/papers/expert_cache/test_cache_compiled.py).
@@ -55,7 +57,26 @@ def sum_at(values, idx, n, buf):
 
 
 @njit(cache=True, inline="always")
-def evict(tier, victims, m, res, occ, sizes, buf):
+def enter(tier, o, res, members, pos, cnt):
+    """``o`` (not resident in ``tier``) becomes resident."""
+    res[tier, o] = True
+    pos[tier, o] = cnt[tier]
+    members[tier, cnt[tier]] = o
+    cnt[tier] += 1
+
+
+@njit(cache=True, inline="always")
+def leave(tier, o, res, members, pos, cnt):
+    """``o`` (resident in ``tier``) leaves it."""
+    res[tier, o] = False
+    last, at = members[tier, cnt[tier] - 1], pos[tier, o]
+    members[tier, at] = last
+    pos[tier, last] = at
+    cnt[tier] -= 1
+
+
+@njit(cache=True, inline="always")
+def evict(tier, victims, m, res, members, pos, cnt, occ, sizes, buf):
     """``Simulator._evict`` of ``victims[:m]``: leaving RAM also leaves VRAM (containment)."""
     if tier == RAM:
         nb = 0
@@ -63,41 +84,45 @@ def evict(tier, victims, m, res, occ, sizes, buf):
             if res[VRAM, victims[j]]:
                 buf[nb] = sizes[victims[j]]
                 nb += 1
+                leave(VRAM, victims[j], res, members, pos, cnt)
         if nb:
-            for j in range(m):
-                res[VRAM, victims[j]] = False
             occ[VRAM] -= pairwise_sum(buf, 0, nb)
     for j in range(m):
-        res[tier, victims[j]] = False
+        leave(tier, victims[j], res, members, pos, cnt)
     occ[tier] -= sum_at(sizes, victims, m, buf)
 
 
 @njit(cache=True, inline="always")
-def evict_one_by_one(tier, cand, count, pr, res, occ, sizes, buf, one):
-    """One expert size: evict ``count`` lowest-priority candidates one at a time (first index on ties); RAM
-    takes candidates outside VRAM while there are any."""
-    n = cand.shape[0]
+def evict_one_by_one(tier, count, pr, stamp, t, res, members, pos, cnt, occ, sizes, buf, one):
+    """One expert size: evict ``count`` lowest-priority residents one at a time, never one of step ``t``'s
+    experts (``stamp[o] == t``), the lowest id on ties (as numpy's argmin over ids); RAM takes residents
+    outside VRAM while there are any."""
     for _ in range(count):
         pool = False
         if tier == RAM:
-            for i in range(n):
-                if cand[i] and not res[VRAM, i]:
+            for idx in range(cnt[RAM]):
+                i = members[RAM, idx]
+                if stamp[i] != t and not res[VRAM, i]:
                     pool = True
                     break
-        victim, low = 0, np.inf
-        for i in range(n):
-            if cand[i] and not (pool and res[VRAM, i]) and pr[i] < low:
-                victim, low = i, pr[i]
-        cand[victim] = False
+        victim, low = -1, np.inf
+        for idx in range(cnt[tier]):
+            i = members[tier, idx]
+            if stamp[i] != t and not (pool and res[VRAM, i]):
+                v = pr[i]
+                if v < low or (v == low and i < victim):
+                    victim, low = i, v
+        if victim < 0:
+            raise AssertionError("cannot make room (capacity check missed)")
         one[0] = victim
-        evict(tier, one, 1, res, occ, sizes, buf)
+        evict(tier, one, 1, res, members, pos, cnt, occ, sizes, buf)
 
 
 @njit(cache=True)
-def evict_lowest(tier, cand_mask, deficit, pr, res, occ, sizes, buf):
-    """Mixed sizes: evict the lowest-priority candidates (RAM: those outside VRAM first, then by priority,
-    then by id, as ``np.lexsort``) until ``deficit`` bytes are free."""
-    cand = np.flatnonzero(cand_mask)
+def evict_lowest(tier, deficit, pr, stamp, t, res, members, pos, cnt, occ, sizes, buf):
+    """Mixed sizes: evict the lowest-priority residents outside step ``t`` (RAM: those outside VRAM first,
+    then by priority, then by id, as ``np.lexsort`` over ids) until ``deficit`` bytes are free."""
+    cand = np.sort(np.array([o for o in members[tier, :cnt[tier]] if stamp[o] != t], dtype=np.int64))
     order = np.argsort(pr[cand], kind="mergesort")
     if tier == RAM:     # a stable partition by VRAM residency keeps the priority order inside each part
         outside = np.array([o for o in order if not res[VRAM, cand[o]]], dtype=np.int64)
@@ -107,11 +132,11 @@ def evict_lowest(tier, cand_mask, deficit, pr, res, occ, sizes, buf):
     m = int(np.searchsorted(np.cumsum(sizes[ranked]), deficit)) + 1
     if m > ranked.shape[0]:
         raise AssertionError("cannot make room (capacity check missed)")
-    evict(tier, ranked, m, res, occ, sizes, buf)
+    evict(tier, ranked, m, res, members, pos, cnt, occ, sizes, buf)
 
 
 @njit(cache=True, inline="always")
-def prefetch_move(tier, o, victims, nv, res, occ, bank, caps, sizes, flt, buf):
+def prefetch_move(tier, o, victims, nv, res, members, pos, cnt, occ, bank, caps, sizes, flt, buf):
     """``Simulator._prefetch``: move ``o`` into ``tier`` from the link bank, evicting a prefix of the
     ranked ``victims[:nv]`` if that makes room; False (nothing changes) if it cannot."""
     s = sizes[o]
@@ -120,8 +145,8 @@ def prefetch_move(tier, o, victims, nv, res, occ, bank, caps, sizes, flt, buf):
         return False
     if s > free:
         m = int(np.searchsorted(np.cumsum(sizes[victims[:nv]]), s - free)) + 1
-        evict(tier, victims, m, res, occ, sizes, buf)
-    res[tier, o] = True
+        evict(tier, victims, m, res, members, pos, cnt, occ, sizes, buf)
+    enter(tier, o, res, members, pos, cnt)
     occ[tier] += s
     bank[tier] -= s
     flt[BYTES + tier] += s
