@@ -28,11 +28,13 @@ from edge_jax.papers.expert_cache.compiled_tiers import (
 from edge_jax.papers.expert_cache.engine import SimStats, Simulator, object_ids
 from edge_jax.papers.expert_cache.policies import FIFO, LFU, LRU
 from edge_jax.papers.expert_cache.watermark import Watermark
+from edge_jax.papers.expert_cache.watermark_pop import WatermarkPop
 
-KINDS = {FIFO: 0, LRU: 1, LFU: 2, Watermark: 3}
-_FIFO, _LRU, _LFU, _WM = 0, 1, 2, 3
-# rows of the policy state ``pol`` [6, n]
-_ENTERED, _LAST, _COUNT, _DENSITY = 0, 2, 3, 4     # FIFO entered[tier] = pol[tier]; watermark b[tier] = pol[4 + tier]
+KINDS = {FIFO: 0, LRU: 1, LFU: 2, Watermark: 3, WatermarkPop: 4}
+_FIFO, _LRU, _LFU, _WM, _POP = 0, 1, 2, 3, 4
+# rows of the policy state ``pol`` [7, n]: FIFO entered[tier] = pol[tier]; watermark b[tier] = pol[4 + tier];
+# watermark_pop's RAM ranking = pol[6]
+_ENTERED, _LAST, _COUNT, _DENSITY, _RANK_R = 0, 2, 3, 4, 6
 
 
 @njit(cache=True, inline="always")
@@ -45,6 +47,8 @@ def _priority(kind, tier, pol, buf, t):
         for i in range(buf.shape[0]):
             buf[i] = pol[_COUNT, i] + (pol[_LAST, i] + 1.0) / (t + 2)
         return buf
+    if kind == _POP and tier == RAM:
+        return pol[_RANK_R]
     return pol[_DENSITY + tier]
 
 
@@ -142,9 +146,19 @@ def _prefetch_watermark(tier, h, lam, pol, res, members, pos, cnt, occ, bank, ca
     return prefetch_move(tier, best, ranked, nb, res, members, pos, cnt, occ, bank, caps, sizes, flt, buf)
 
 
+@njit(cache=True, inline="always")
+def _observe_popularity(objs_TJ, t, layer, n_experts, pop, alpha):
+    """``WatermarkPop.observe``'s slow EWMA of this layer, before the watermark's own update."""
+    row = layer * n_experts
+    for e in range(n_experts):
+        pop[row + e] *= 1.0 - alpha
+    for j in range(objs_TJ.shape[1]):
+        pop[objs_TJ[t, j]] += alpha
+
+
 @njit(cache=True)
 def _run(kind, objs_TJ, n_layers, n_experts, sizes, cost_g, cost_r, caps, unit, credit, bank_cap, prefetches,
-         ewma, wm, weight, dens_g, dens_r, scaled_scout, lam, counts, flt):
+         ewma, wm, weight, dens_g, dens_r, scaled_scout, pop, lam, counts, flt):
     n_steps, k = objs_TJ.shape
     n = sizes.shape[0]
     n_tokens = n_steps // n_layers
@@ -152,7 +166,7 @@ def _run(kind, objs_TJ, n_layers, n_experts, sizes, cost_g, cost_r, caps, unit, 
     members, pos, cnt = np.zeros((2, n), np.int64), np.zeros((2, n), np.int64), np.zeros(2, np.int64)
     stamp = np.full(n, -1, np.int64)      # stamp[o] == t: o is one of step t's experts
     occ, bank = np.zeros(2), np.zeros(2)
-    pol = np.full((6, n), -1.0)
+    pol = np.full((7, n), -1.0)
     pol[_COUNT] = 0.0
     pol[_DENSITY:] = 0.0
     prbuf, buf = np.empty(n), np.empty(max(n, k))
@@ -182,9 +196,14 @@ def _run(kind, objs_TJ, n_layers, n_experts, sizes, cost_g, cost_r, caps, unit, 
                 if kind == _LFU:
                     pol[_COUNT, objs_TJ[t, j]] += 1
                 pol[_LAST, objs_TJ[t, j]] = t
-        elif kind == _WM:
+        elif kind == _WM or kind == _POP:
+            if kind == _POP:
+                _observe_popularity(objs_TJ, t, layer, n_experts, pop, wm[6])
             _observe_watermark(objs_TJ, t, token, layer, n_layers, n_experts, n_tokens, res, whole, caps, pol, ewma,
                                lam, wm, weight, dens_g, dens_r, scaled_scout)
+            if kind == _POP:
+                for i in range(n):
+                    pol[_RANK_R, i] = pop[i] * dens_r[i] + wm[7] * pol[_DENSITY + RAM, i]
         if nr:
             _admit(kind, RAM, miss_r, nr, stamp, t, res, members, pos, cnt, occ, caps, sizes, unit, pol, prbuf, flt,
                    buf, one)
@@ -233,15 +252,17 @@ def simulate(experts_NLJ: np.ndarray, profile, cap_g: float, cap_r: float, polic
     largest = float(sizes.max())
     credit = np.array([profile.credit_g, profile.credit_r], np.float64)
     bank_cap = np.array([max(largest, profile.credit_g), max(largest, profile.credit_r)], np.float64)
-    ewma, wm, weight = np.zeros(1), np.zeros(6), np.zeros((1, 1))
+    ewma, wm, weight, pop = np.zeros(1), np.zeros(8), np.zeros((1, 1)), np.zeros(1)
     dens_g = dens_r = np.zeros(1)
     scaled_scout = np.zeros((1, 1), np.float32)
-    if kind == _WM:     # Watermark.reset and its first observe, computed by the same numpy expressions
+    if kind in (_WM, _POP):     # Watermark.reset and its first observe, computed by the same numpy expressions
         p = policy
         ewma = np.full(L * E, p.p0 if p.p0 >= 0 else k / E)
+        pop = ewma.copy()
         weight = np.repeat(np.exp(-p.gamma * ((np.arange(L)[None, :] - np.arange(L)[:, None]) % L)), E, axis=1)
         dens_g, dens_r = profile.cost_g / profile.sizes, profile.cost_r / profile.sizes
-        wm = np.array([p.eta, p.alpha, p.step, p.h, float(dens_g.mean()) * k / E, float(dens_r.mean()) * k / E])
+        wm = np.array([p.eta, p.alpha, p.step, p.h, float(dens_g.mean()) * k / E, float(dens_r.mean()) * k / E,
+                       getattr(p, "pop_alpha", 0.0), getattr(p, "pop_mix", 0.0)])
         if p.eta != 0:     # as the reference's eta * scout[token], one row per token
             scaled_scout = np.ascontiguousarray(p.eta * p.scout).reshape(len(p.scout), L * E)
     prefetches = bool(getattr(policy, "prefetches", False)) and (profile.credit_g > 0 or profile.credit_r > 0)
@@ -251,9 +272,9 @@ def simulate(experts_NLJ: np.ndarray, profile, cap_g: float, cap_r: float, polic
     _run(kind, np.ascontiguousarray(objs_NLJ.reshape(n_tokens * n_layers, k)), n_layers, E, sizes,
          np.ascontiguousarray(profile.cost_g, np.float64), np.ascontiguousarray(profile.cost_r, np.float64),
          np.array([float(cap_g), float(cap_r)]), unit, credit, bank_cap, prefetches, ewma, wm, weight, dens_g, dens_r,
-         scaled_scout, lam, counts, flt)
+         scaled_scout, pop, lam, counts, flt)
     wall = time.perf_counter() - t0
-    if kind == _WM:
+    if kind in (_WM, _POP):
         policy.lam = {"vram": float(lam[VRAM]), "ram": float(lam[RAM])}
     return SimStats(tokens=n_tokens, accesses=n_tokens * n_layers * k, hits_g=int(counts[0]), hits_r=int(counts[1]),
                     misses=int(counts[2]), stall_s=float(flt[STALL]), bytes_g=float(flt[1]), bytes_r=float(flt[2]),

@@ -18,6 +18,7 @@ from edge_jax.papers.expert_cache.profile import build_profile, capacities
 from edge_jax.papers.expert_cache.scoutgate import k_hot
 from edge_jax.papers.expert_cache.synthetic import synthetic_routing
 from edge_jax.papers.expert_cache.watermark import Watermark
+from edge_jax.papers.expert_cache.watermark_pop import WatermarkPop
 
 REAL = Path(__file__).resolve().parents[3] / "results" / "npumoe_traces"
 
@@ -25,7 +26,8 @@ REAL = Path(__file__).resolve().parents[3] / "results" / "npumoe_traces"
 def policies(scout):
     return [FIFO(), LRU(), LFU(), Watermark("ewma", eta=0.0), Watermark("scoutgate", eta=1.0, scout=scout),
             Watermark("watermark", eta=0.5, scout=scout), Watermark("wm_p0", eta=0.3, p0=0.2, gamma=0.0, step=0.5,
-                                                                      hysteresis=0.0, alpha=0.3, scout=scout)]
+                                                                      hysteresis=0.0, alpha=0.3, scout=scout),
+            WatermarkPop(eta=0.5, scout=scout), WatermarkPop(eta=0.0, pop_alpha=0.05, pop_mix=1.5, gamma=0.7, p0=0.1)]
 
 
 def fields(stats):
