@@ -12,6 +12,8 @@ from edge_jax.utils.atomic import save_figure_atomic, write_text_atomic
 
 GOAL_VRAM = (0.2, 0.3)            # the issue's goal: real traces at 20-30% VRAM
 GOAL_LRU, GOAL_BELADY = 0.8, 1.3
+PAPER_POLICY = "watermark"
+CHALLENGERS = ("watermark_pop",)  # policies of ours beside the paper's, tested against it
 
 
 def _trace(config: dict) -> str:
@@ -75,6 +77,9 @@ def write_policy_report(grid, records: list[dict], out) -> list[Path]:
             lines += ["", f"{label}:", ""] + _table(data, trace, vrams, policies, metric, digits)
         lines.append("")
     lines += goal_lines(data)
+    for challenger in CHALLENGERS:
+        if any(k[2] == challenger for k in data):
+            lines += challenger_lines(data, challenger)
     md = out / "report.md"
     write_text_atomic(md, "\n".join(lines) + "\n")
     png = out / "stall.png"
@@ -92,6 +97,38 @@ def goal_lines(data: dict) -> list[str]:
         ok_l, ok_b = stat(lru).mean <= GOAL_LRU, stat(bel).mean <= GOAL_BELADY
         lines.append(f"- VRAM {v:.0%}: watermark / LRU = {stat(lru).mean:.3f} ({'PASS' if ok_l else 'FAIL'}), "
                      f"watermark / Belady = {stat(bel).mean:.3f} ({'PASS' if ok_b else 'FAIL'})")
+    return lines + [""]
+
+
+def challenger_lines(data: dict, challenger: str) -> list[str]:
+    """``challenger`` against Belady and, paired by seed, against the paper's policy, per trace and VRAM."""
+    from edge_jax.grid.verdicts import paired_t
+    lines = [f"## {challenger} (ours, beside the paper's policy) against {PAPER_POLICY} and Belady", "",
+             f"Per-seed stall ratios, mean ± std; the paired t-test is on the per-seed stall difference "
+             f"{PAPER_POLICY} - {challenger} (> 0: {challenger} stalls less), with its 95% interval.", ""]
+    for trace in ("real", "synthetic"):
+        vrams = sorted({k[1] for k in data if k[0] == trace and k[2] == challenger})
+        if not vrams:
+            continue
+        lines += [f"### {trace} trace", "", f"| VRAM | {challenger} / Belady | {challenger} / {PAPER_POLICY} | "
+                  f"{PAPER_POLICY} - {challenger}, ms/token (95% CI) | p | verdict |", "|---|---|---|---|---|---|"]
+        for v in vrams:
+            ours, theirs = data.get((trace, v, challenger), {}), data.get((trace, v, PAPER_POLICY), {})
+            seeds = sorted(set(ours) & set(theirs))
+            test = paired_t([theirs[s]["stall_ms_per_token"] - ours[s]["stall_ms_per_token"] for s in seeds])
+            verdict = {"agree": f"{challenger} better", "disagree": f"{PAPER_POLICY} better"}.get(test.verdict,
+                                                                                                  test.verdict)
+            ci = f" ({test.ci[0]:+.3f}, {test.ci[1]:+.3f})" if test.ci else ""
+            lines.append(f"| {v:.0%} | {_fmt(ratios(data, trace, v, challenger, 'belady'))} | "
+                         f"{_fmt(ratios(data, trace, v, challenger, PAPER_POLICY), 3)} | "
+                         f"{test.mean:+.3f}{ci} | {'—' if test.p is None else f'{test.p:.3g}'} | {verdict} |"
+                         if test.mean is not None else f"| {v:.0%} | — | — | — | — | not run |")
+        lines.append("")
+    for v in GOAL_VRAM:
+        bel = ratios(data, "real", v, challenger, "belady")
+        if bel:
+            lines.append(f"- Goal, real trace, VRAM {v:.0%}: {challenger} / Belady = {stat(bel).mean:.3f} "
+                         f"({'PASS' if stat(bel).mean <= GOAL_BELADY else 'FAIL'}, goal <= {GOAL_BELADY})")
     return lines + [""]
 
 

@@ -142,6 +142,13 @@ def test_policy_report_tables_goal_and_plot(tmp_path):
     text = paths[0].read_text()
     assert "| 20% | — | 10.05 ± 0.07 |" not in text and "| 20% | 10.05 ± 0.07 | 7.04 ± 0.05 | 5.03 ± 0.04 |" in text
     assert "watermark / LRU = 0.700 (PASS), watermark / Belady = 1.400 (FAIL)" in text
+    assert "watermark_pop" not in text
+    records += [_record(f"real-v{v}-watermark_pop", s, "file", v / 100, "watermark_pop",
+                        (6.0 + 0.3 * s) * (1 + 0.01 * s)) for s in (0, 1) for v in (20, 30)]
+    text = write_policy_report(types.SimpleNamespace(title="T"), records, tmp_path)[0].read_text()
+    row = next(line for line in text.splitlines() if line.startswith("| 20% | 1.2"))
+    assert "| 0.879 ± 0.030 |" in row and row.endswith("| within noise |")     # 6/7 and 6.363/7.07; 2 seeds
+    assert "watermark_pop / Belady = 1.230 (PASS, goal <= 1.3)" in text
     assert paths[1].stat().st_size > 1000
 
 
