@@ -194,8 +194,8 @@ def test_without_libtpu_the_error_names_the_extra(monkeypatch):
         chips.make_target("v5e-4")
 
 
-@pytest.mark.parametrize("extra", [{}, {"model.remat": "full"}, {"train.grad_accum": 2, "data.batch_size": 16},
-                                   {"model.remat": "dots", "train.loss_chunk": 8}])
+@pytest.mark.parametrize("extra", [{}, {"model.remat": "full"}, {"train.grad_accum": 2, "data.batch_size": 16,
+                                                                  "model.remat": "dots", "train.loss_chunk": 8}])
 def test_scanned_and_unrolled_steps_count_the_same_flops(tiny_config, extra):
     """The compiler counts a loop body once; with the scanned layer (and micro-batch, loss-chunk)
     bodies compiled alone and added back, a scanned step counts what the unrolled one does."""
