@@ -11,6 +11,7 @@ import argparse
 
 import edge_jax.bench.checkpoint  # noqa: F401  (registers checkpoint: checksums and async saves)
 import edge_jax.bench.data  # noqa: F401  (registers data: the input pipeline)
+import edge_jax.bench.eval  # noqa: F401  (registers eval: our scorer against lm-eval)
 import edge_jax.bench.kernels  # noqa: F401  (registers kernels: the registered Pallas kernels)
 import edge_jax.bench.train_step  # noqa: F401  (registers train-step, the generic benchmark)
 from edge_jax.errors import ConfigError

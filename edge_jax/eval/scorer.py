@@ -7,10 +7,15 @@ the context's own tokens; an empty context becomes the eos id. A request's row i
 result is the summed log-probability of the continuation tokens and whether each of them is the
 argmax (``is_greedy``).
 
-:class:`Scorer` is the fast path: rows sorted by length (longest first), right-padded to a length
-bucket (powers of two up to ``max_length``) in batches of a fixed size, so a handful of shapes
-compile once; one jitted step computes every row's sum and greedy flag; batches are placed on the
-mesh's data axis. :func:`loglikelihoods_reference` scores one request at a time at its exact length.
+:class:`Scorer` is the fast path: requests tokenised in one ``encode_many`` call (each distinct
+text once: the choices of a document share its context), rows sorted by length (longest first),
+right-padded to a length bucket (:func:`bucket`: 8 lengths per doubling from 32, capped at
+``max_length``) in batches of a fixed size, so each shape compiles once; one jitted step runs the
+model to its final hidden states and makes vocabulary logits only at the continuation positions
+(gathered to a width of the next power of two, at least 32, of the batch's longest continuation),
+then every row's sum and greedy flag; the next batch is built and dispatched before the previous
+one's results are read back; batches are placed on the mesh's data axis.
+:func:`loglikelihoods_reference` scores one request at a time at its exact length.
 """
 from __future__ import annotations
 
@@ -22,10 +27,13 @@ import jax.numpy as jnp
 import numpy as np
 
 from edge_jax.eval.tasks import TaskError
+from edge_jax.models.head import vocab_logits
 from edge_jax.models.inputs import apply_kwargs
 from edge_jax.sharding import batch_sharding, on_mesh, process_rows, replicated, to_global
 
 MIN_BUCKET = 32
+MIN_CONT_BUCKET = 32
+BUCKET_STEPS = 8  # length buckets per doubling: past 32 tokens, under 1/8 of a row is padding
 
 
 def encode_pair(tokenizer, context: str, continuation: str) -> tuple[list[int], list[int]]:
@@ -43,6 +51,38 @@ def encode_pair(tokenizer, context: str, continuation: str) -> tuple[list[int], 
     return ctx, whole[len(ctx):]
 
 
+def _split(context: str, continuation: str) -> tuple[str, str]:
+    """lm-eval's move of the context's trailing whitespace to the continuation."""
+    spaces = len(context) - len(context.rstrip())
+    return (context[:-spaces], context[-spaces:] + continuation) if spaces else (context, continuation)
+
+
+def encode_pairs(tokenizer, requests: Sequence[tuple[str, str]]) -> list[tuple[list[int], list[int]]]:
+    """:func:`encode_pair` of every request, each distinct text encoded once, in one
+    ``encode_many`` call where the tokenizer has it."""
+    texts: dict[str, None] = {}
+    for context, continuation in requests:
+        if context:
+            ctx, cont = _split(context, continuation)
+            texts.update({ctx: None, ctx + cont: None})
+        else:
+            texts[continuation] = None
+    order = list(texts)
+    many = getattr(tokenizer, "encode_many", None)
+    encoded = [a.tolist() for a in many(order)] if many else [list(tokenizer.encode(t)) for t in order]
+    ids = dict(zip(order, encoded))
+    out = []
+    for context, continuation in requests:
+        if not context:
+            cont = ids[continuation]
+            out.append((cont[:1], cont[1:]) if cont and cont[0] == tokenizer.eos_id else ([tokenizer.eos_id], cont))
+            continue
+        ctx, cont = _split(context, continuation)
+        ctx_ids = ids[ctx]
+        out.append((ctx_ids, ids[ctx + cont][len(ctx_ids):]))
+    return out
+
+
 def request_row(ctx: Sequence[int], cont: Sequence[int], max_length: int, truncate: bool = True
                 ) -> tuple[list[int], int]:
     """(input ids, number of continuation tokens): what the model reads for one request."""
@@ -58,20 +98,24 @@ def request_row(ctx: Sequence[int], cont: Sequence[int], max_length: int, trunca
     return seq[-(max_length + 1):][:-1], len(cont)
 
 
-def bucket(n: int, max_length: int) -> int:
-    """The padded length for a row of ``n`` tokens: the next power of two (at least 32), capped."""
+def bucket(n: int, max_length: int, steps: int = BUCKET_STEPS) -> int:
+    """The padded length for a row of ``n`` tokens: the next of 32 and, within each doubling after it,
+    ``steps`` evenly spaced lengths (steps 8: 32, 36, 40, ..., 64, 72, ...; steps 1: the powers of two),
+    capped at ``max_length``."""
     size = MIN_BUCKET
     while size < n:
-        size *= 2
+        size += max((1 << (size.bit_length() - 1)) // steps, 1)
     return min(size, max_length) if n <= max_length else n
 
 
 @dataclasses.dataclass
 class Scorer:
-    """Scores requests with a model: ``apply_fn({"params": params}, tokens_BT, host_inputs=host_fn(tokens))``
-    gives logits ``[B, T, V]``. With a ``mesh``, each batch's rows are split over its data and fsdp
-    axes (``batch_size`` must be a multiple of their size; every process builds the same batch and
-    keeps its rows) and the results come back replicated."""
+    """Scores requests with a model: ``apply_fn({"params": params}, tokens_BT, features_only=True,
+    host_inputs=host_fn(tokens))`` gives the final hidden states ``[B, T, D]`` and the head's weight
+    ``[D, V]`` (``DecoderLM``'s ``features_only``). With a ``mesh``, each batch's rows are split over
+    its data and fsdp axes (``batch_size`` must be a multiple of their size; every process builds the
+    same batch and keeps its rows) and the results come back replicated. ``bucket_steps``: padded
+    lengths per doubling (:func:`bucket`; more: less padding, more shapes to compile)."""
     apply_fn: Callable
     params: object
     tokenizer: object
@@ -81,17 +125,19 @@ class Scorer:
     mesh: object = None
     truncate: bool = True
     progress: bool = True
+    bucket_steps: int = BUCKET_STEPS
 
     def __post_init__(self):
         apply_fn = self.apply_fn
 
-        def step(params, tokens_BT, targets_BT, mask_BT, extra):
-            logits = apply_fn({"params": params}, tokens_BT, **apply_kwargs(extra)).astype(jnp.float32)
+        def step(params, tokens_BT, index_BC, targets_BC, mask_BC, extra):
+            h_BTD, w_DV = apply_fn({"params": params}, tokens_BT, features_only=True, **apply_kwargs(extra))
+            logits = vocab_logits(jnp.take_along_axis(h_BTD, index_BC[..., None], axis=1), w_DV)
             logp = jax.nn.log_softmax(logits, axis=-1)
-            target_lp = jnp.take_along_axis(logp, targets_BT[..., None], axis=-1)[..., 0]
-            greedy = jnp.argmax(logits, axis=-1) == targets_BT
-            return (jnp.sum(jnp.where(mask_BT, target_lp, 0.0), axis=1),
-                    jnp.all(greedy | ~mask_BT, axis=1))
+            target_lp = jnp.take_along_axis(logp, targets_BC[..., None], axis=-1)[..., 0]
+            greedy = jnp.argmax(logits, axis=-1) == targets_BC
+            return (jnp.sum(jnp.where(mask_BC, target_lp, 0.0), axis=1),
+                    jnp.all(greedy | ~mask_BC, axis=1))
 
         if self.mesh is None:
             self._step = jax.jit(step)
@@ -102,44 +148,61 @@ class Scorer:
                                 f"devices; pass a multiple of {ways}")
             self._step = on_mesh(self.mesh, jax.jit(step, out_shardings=replicated(self.mesh)))
 
-    def rows(self, requests: Sequence[tuple[str, str]]) -> list[tuple[list[int], list[int], int]]:
-        """(inputs, targets, continuation length) per request."""
-        out = []
-        for context, continuation in requests:
-            ctx, cont = encode_pair(self.tokenizer, context, continuation)
-            inputs, n_cont = request_row(ctx, cont, self.max_length, self.truncate)
-            out.append((inputs, (inputs[1:] + [cont[-1]]), n_cont))
-        return out
+    def rows(self, requests: Sequence[tuple[str, str]]) -> list[tuple[list[int], list[int]]]:
+        """(inputs, continuation tokens) per request; the continuation's tokens are the targets of
+        the inputs' last ``len(continuation)`` positions."""
+        return [(request_row(ctx, cont, self.max_length, self.truncate)[0], cont)
+                for ctx, cont in encode_pairs(self.tokenizer, requests)]
 
     def __call__(self, requests: Sequence[tuple[str, str]]) -> list[tuple[float, bool]]:
         """(summed log-likelihood, is_greedy) per request, in the order given."""
         return self.score_rows(self.rows(requests))
 
-    def score_rows(self, rows: Sequence[tuple[list[int], list[int], int]]) -> list[tuple[float, bool]]:
+    def score_rows(self, rows: Sequence[tuple[list[int], list[int]]]) -> list[tuple[float, bool]]:
         """:meth:`__call__` on rows already made by :meth:`rows`."""
         order = sorted(range(len(rows)), key=lambda i: -len(rows[i][0]))
         results: list[tuple[float, bool] | None] = [None] * len(rows)
         pad = self.tokenizer.pad_id
         batches = [order[s:s + self.batch_size] for s in range(0, len(order), self.batch_size)]
+        pending: list = []  # (rows, step output) dispatched and not yet read back
         for idx in _progress(batches, self.progress, len(rows)):
-            T = bucket(len(rows[idx[0]][0]), self.max_length)
+            T = bucket(len(rows[idx[0]][0]), self.max_length, self.bucket_steps)
+            C = min(_power_of_two(max(len(rows[i][1]) for i in idx), MIN_CONT_BUCKET), T)
             tokens = np.full((self.batch_size, T), pad, np.int32)
-            targets = np.zeros((self.batch_size, T), np.int32)
-            mask = np.zeros((self.batch_size, T), bool)
+            index = np.zeros((self.batch_size, C), np.int32)
+            targets = np.zeros((self.batch_size, C), np.int32)
+            mask = np.zeros((self.batch_size, C), bool)
             for b, i in enumerate(idx):
-                inputs, tgt, n = rows[i]
-                tokens[b, :len(inputs)], targets[b, :len(tgt)] = inputs, tgt
-                mask[b, len(inputs) - n:len(inputs)] = True
-            batch = {"tokens": tokens, "targets": targets, "mask": mask,
+                inputs, cont = rows[i]
+                L, n = len(inputs), len(cont)
+                tokens[b, :L] = inputs
+                index[b, :n], index[b, n:] = np.arange(L - n, L), L - 1
+                targets[b, :n], mask[b, :n] = cont, True
+            batch = {"tokens": tokens, "index": index, "targets": targets, "mask": mask,
                      **(self.host_fn(tokens) if self.host_fn else {})}
             if self.mesh is not None:
                 rows_sharding = batch_sharding(self.mesh)
                 batch = to_global(process_rows(batch, rows_sharding), rows_sharding)
-            tokens, targets, mask = batch.pop("tokens"), batch.pop("targets"), batch.pop("mask")
-            ll, greedy = jax.device_get(self._step(self.params, tokens, targets, mask, batch))
-            for b, i in enumerate(idx):
-                results[i] = (float(ll[b]), bool(greedy[b]))
+            arrays = [batch.pop(k) for k in ("tokens", "index", "targets", "mask")]
+            pending.append((idx, self._step(self.params, *arrays, batch)))
+            if len(pending) > 1:  # the previous batch's results, while this one runs
+                _collect(*pending.pop(0), results)
+        for args in pending:
+            _collect(*args, results)
         return results  # type: ignore[return-value]
+
+
+def _collect(idx, out, results) -> None:
+    ll, greedy = jax.device_get(out)
+    for b, i in enumerate(idx):
+        results[i] = (float(ll[b]), bool(greedy[b]))
+
+
+def _power_of_two(n: int, low: int) -> int:
+    size = low
+    while size < n:
+        size *= 2
+    return size
 
 
 def _progress(batches, show: bool, n_requests: int):

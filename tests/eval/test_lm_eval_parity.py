@@ -1,6 +1,6 @@
 """Parity of our zero-shot scorer with lm-evaluation-harness (the installed lm-eval, HF backend).
 
-The same random tiny ``Qwen3ForCausalLM`` is scored twice on the ten MeKi tasks: by lm-eval's ``HFLM``
+The same random tiny ``Qwen3ForCausalLM`` (:mod:`edge_jax.eval.tiny_hf`) is scored twice on the ten MeKi tasks: by lm-eval's ``HFLM``
 (through lm-eval's own task YAMLs, re-pointed at local JSONL documents) and by our :class:`Scorer` on
 the converted parameters. Both read the same tokenizer: a byte-level BPE trained here on a few KB
 of text, so nothing is downloaded. Per task, every request's (context, continuation) strings must be
@@ -25,15 +25,13 @@ tokenizers = pytest.importorskip("tokenizers")
 pytest.importorskip("accelerate")  # lm-eval's HF backend imports it (lm-eval[hf])
 
 from edge_jax.data.tokenizers import HfTokenizer  # noqa: E402
-from edge_jax.eval import benchmarks  # noqa: E402
+from edge_jax.eval import benchmarks, tiny_hf  # noqa: E402
 from edge_jax.eval.scorer import Scorer, encode_pair  # noqa: E402
 from edge_jax.eval.suite import aggregate, score_task  # noqa: E402
 from edge_jax.eval.tasks import ZERO_SHOT_TASKS  # noqa: E402
-from edge_jax.interop.qwen3 import load_hf_model  # noqa: E402
 from edge_jax.models.decoder import DecoderLM  # noqa: E402
 
 FIXTURES = Path(__file__).parent / "lm_eval_fixtures"
-EOS = "<|endoftext|>"
 LL_TOL = 1e-4
 MAX_LENGTH = 512  # no request comes near it: nothing truncates
 SHORT_LENGTH, SHORT_TASK = 24, "arc_easy"  # left truncation
@@ -47,34 +45,6 @@ LM_EVAL_YAML = {
 TASK_NAMES = tuple(benchmarks.TEN_BENCHMARKS)
 ENCODE_CHECKS = ["Question: What is the sun?\nAnswer:", " yes", "  two spaces", "a\n\nb \n", " café — naïve",
                  "trailing space ", "\"Don't,\" she said.", "<|endoftext|> after"]
-
-
-def _train_tokenizer(path: Path) -> None:
-    """A byte-level BPE (256 bytes + eos + merges, ~400 ids) trained on the fixture corpus."""
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
-    tok = Tokenizer(models.BPE())
-    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    tok.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(vocab_size=400, special_tokens=[EOS], show_progress=False,
-                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
-    tok.train_from_iterator([(FIXTURES / "corpus.txt").read_text()], trainer)
-    tok.save(str(path))
-
-
-def _tiny_qwen3(vocab: int):
-    """A random tiny Qwen3 (eager attention, float32), norms perturbed as in the interop test."""
-    cfg = transformers.Qwen3Config(vocab_size=vocab, hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
-                                   num_key_value_heads=2, head_dim=16, intermediate_size=128, rms_norm_eps=1e-6,
-                                   max_position_embeddings=MAX_LENGTH + 1, initializer_range=0.05,
-                                   tie_word_embeddings=False, rope_theta=10_000.0)
-    cfg._attn_implementation = "eager"
-    torch.manual_seed(0)
-    model = transformers.Qwen3ForCausalLM(cfg).to(torch.float32).eval()
-    with torch.no_grad():
-        for name, p in model.named_parameters():
-            if name.endswith("norm.weight"):
-                p.copy_(1.0 + 0.3 * torch.randn_like(p))
-    return model
 
 
 def _greedy_lambada_docs(model, tok: HfTokenizer, n: int = 2) -> list[dict]:
@@ -116,9 +86,8 @@ def _write_yamls(yaml_dir: Path, data_dir: Path, cache_dir: Path, tasks, suffix:
 
 
 def _run_lm_eval(model, hf_tok, yaml_dir: Path, names: dict[str, str], max_length: int) -> dict:
-    from lm_eval.models.huggingface import HFLM
     from lm_eval.tasks import TaskManager
-    lm = HFLM(pretrained=model, tokenizer=hf_tok, batch_size=4, max_length=max_length, device="cpu")
+    lm = tiny_hf.hflm(model, hf_tok, batch_size=4, max_length=max_length)
     return lm_eval.simple_evaluate(model=lm, tasks=list(names.values()), num_fewshot=0, log_samples=True,
                                    task_manager=TaskManager(include_path=str(yaml_dir), include_defaults=False),
                                    bootstrap_iters=0, verbosity="ERROR")
@@ -143,12 +112,8 @@ def parity(tmp_path_factory):
                        }.items():
         mp.setattr(datasets.config, key, value)
     try:
-        tok_path = tmp / "tokenizer.json"
-        _train_tokenizer(tok_path)
-        ours_tok = HfTokenizer(str(tok_path))
-        hf_tok = transformers.PreTrainedTokenizerFast(tokenizer_file=str(tok_path), eos_token=EOS, pad_token=EOS)
-        model = _tiny_qwen3(-(-ours_tok.vocab_size // 64) * 64)
-        cfg, params = load_hf_model(model)
+        pair = tiny_hf.build((FIXTURES / "corpus.txt").read_text(), tmp, MAX_LENGTH)
+        ours_tok, hf_tok, model, cfg, params = pair.tokenizer, pair.hf_tokenizer, pair.model, pair.config, pair.params
 
         data_dir = tmp / "data"
         shutil.copytree(FIXTURES, data_dir, ignore=shutil.ignore_patterns("*.txt"))

@@ -60,7 +60,10 @@ def test_request_row_truncates_from_the_left_and_refuses_without_truncation():
 
 
 def test_buckets_repeat_and_cap():
-    assert [bucket(n, 200) for n in (1, 32, 33, 64, 65, 199)] == [32, 32, 64, 64, 128, 200]
+    assert [bucket(n, 200, steps=1) for n in (1, 32, 33, 64, 65, 199)] == [32, 32, 64, 64, 128, 200]
+    assert [bucket(n, 200, steps=4) for n in (1, 33, 41, 57, 65, 129, 161, 199, 250)] == [32, 40, 48, 64, 80, 160,
+                                                                                          192, 200, 250]
+    assert [bucket(n, 200) for n in (33, 37, 65, 73, 129, 145)] == [36, 40, 72, 80, 144, 160]
 
 
 def _requests(seed=0, n=13):
