@@ -3,9 +3,10 @@
     edge-jax grid ablations/cache_policies.py --seeds 3
 
 Cells: trace (real, synthetic) x VRAM 10-50% of all experts' bytes (RAM fixed at 60%) x policy (FIFO, LRU,
-LFU, EWMA-only, ScoutGate-only, the fused watermark policy, Belady's bound). report.md pivots them into
-capacity x policy tables with the watermark / LRU and watermark / Belady ratios and the goal check;
-stall.png plots stall against capacity, one line per policy.
+LFU, EWMA-only, ScoutGate-only, the fused watermark policy, watermark_pop: ours, beside the paper's policy,
+Belady's bound). report.md pivots them into capacity x policy tables with the watermark / LRU and
+watermark / Belady ratios and the goal check, then tests watermark_pop against the watermark policy
+(paired by seed) and Belady; stall.png plots stall against capacity, one line per policy.
 """
 from edge_jax.papers.expert_cache.grid import (
     BASE,
@@ -20,7 +21,7 @@ from edge_jax.papers.expert_cache.grid import (
 )
 
 VRAMS = (0.1, 0.2, 0.3, 0.4, 0.5)
-POLICIES = ("fifo", "lru", "lfu", "ewma", "scoutgate", "watermark", "belady")
+POLICIES = ("fifo", "lru", "lfu", "ewma", "scoutgate", "watermark", "watermark_pop", "belady")
 
 
 def get_grid(preset: str) -> dict:

@@ -17,8 +17,9 @@ METRIC = "stall_ms_per_token"
 EXTRA_METRICS = ["vram_hit_pct", "ram_hit_pct", "nvme_pct", "gb_to_vram", "gb_to_ram", "prefetch_gb_vram",
                  "prefetch_gb_ram", "scoutgate_recall_at_k", "ewma_recall_at_k", "accesses_per_s"]
 TRACES = {
-    "real": {"trace.source": "file", "trace.path": "results/npumoe_traces/seed{seed}/pystdlib_validation.npz"},
-    "synthetic": {"trace.source": "synthetic", "trace.path": "", "synthetic.d_embed": 128},
+    "real": {"trace.source": "file", "trace.path": "results/npumoe_traces/seed{seed}/pystdlib_train.npz"},
+    "synthetic": {"trace.source": "synthetic", "trace.path": "", "synthetic.d_embed": 128,
+                  "synthetic.n_tokens": 1_048_576},
 }
 PAPER = {"metric": "none: the paper's results section is empty", "values": {}, "higher_is_better": False,
          "source": "two-tier MoE expert cache paper, §5 (empty); these are the first published numbers"}
@@ -53,10 +54,12 @@ NOTES = ("Device profile pcie4-nvme (edge_jax/papers/expert_cache/profile.py): a
          "a 7 GB/s NVMe SSD, 4-bit PhiMoE-sized experts of 39.3 MB, so C^G = 1.58 ms and C^R = 5.70 ms per expert; "
          "a layer computes for 0.1 ms, during which the watermark policies may prefetch (about one expert every 16 "
          "steps of idle link). RAM holds 60% of all experts' bytes. Real trace: top-2 routing of the NPUMoE tiny "
-         "model (4 MoE layers x 16 experts) of the seed over 65,536 held-out tokens of the Python standard library "
-         "corpus (results/npumoe_traces/seed<s>); synthetic: a seeded trace of the same shape (Zipf popularity, "
-         "token-dependent routing, bursts, phase shifts). Each cell simulates the second half of the sequences "
-         "(32,768 tokens, 262,144 accesses) from a cold cache; ScoutGate trains on the first half. Belady is the "
-         "demand-fetch optimum (per-tier MIN, exact for one expert size): policies that prefetch can go below it. "
-         "Watermark defaults (alpha 0.02, gamma 0.5) were picked on the first 16,384 tokens of the seed-0 real "
-         "trace, inside ScoutGate's training half.")
+         "model (4 MoE layers x 16 experts) of the seed over the first 1,048,576 tokens (4,096 sequences) of the "
+         "Python standard library corpus's train split (results/npumoe_traces/seed<s>/pystdlib_train.npz; "
+         "docs/npumoe.md says how much of it the model saw); synthetic: a seeded trace of the same shape and length "
+         "(Zipf popularity, token-dependent routing, bursts, phase shifts). Each cell simulates the second half of "
+         "the sequences (about 524,288 tokens, 4.2 M accesses) from a cold cache; ScoutGate trains on the first "
+         "half. Belady is the demand-fetch optimum (per-tier MIN, exact for one expert size): policies that "
+         "prefetch can go below it. Watermark defaults (alpha 0.02, gamma 0.5) were picked on the first 16,384 "
+         "tokens of the seed-0 validation trace; watermark_pop (ours, beside the paper's policy) was tuned on the "
+         "seed-0 validation trace only, never on these traces.")

@@ -162,7 +162,7 @@ def test_sensitivity_report(tmp_path):
 
 def test_grids_load():
     policies = load_grid("ablations/cache_policies.py")
-    assert len(policies.cells) == 70 and policies.post.endswith("write_policy_report")
+    assert len(policies.cells) == 80 and policies.post.endswith("write_policy_report")
     assert policies.cells["real-v20-watermark"]["scoutgate.from_dir"] == "{stage:scout_real}"
     assert "scoutgate.from_dir" not in policies.cells["real-v20-lru"]
     sens = load_grid("ablations/cache_sensitivity.py")
