@@ -134,3 +134,11 @@ def test_compiled_ewma_history_equals_the_numpy_loop():
     experts = synthetic_routing(500, 3, 8, 2, seed=4, vocab=32, d_embed=4).experts
     for alpha, p0 in ((0.02, -1.0), (0.3, 0.1)):
         assert np.array_equal(ewma_probs(experts, 8, alpha, p0), ewma_probs(experts, 8, alpha, p0, compiled=False))
+
+
+def test_a_long_trace_without_router_probabilities_splits():
+    """The grids' real traces (pystdlib_train.npz) leave the router probabilities out."""
+    trace = read_trace(REAL / "seed0" / "pystdlib_train.npz")
+    assert trace.probs is None and trace.n_tokens == 1_048_576
+    train, ev = split_trace(trace, 0.5)
+    assert train.probs is None and train.n_tokens + ev.n_tokens == trace.n_tokens
