@@ -1,13 +1,15 @@
 """``edge-jax moe calibrate | trace``: NPUMoE's offline calibration and routing traces of a trained run.
 
     edge-jax moe calibrate --workdir W [--data NAME] [--second-data NAME] [--batches N] [--config.moe.group=4 ...]
-    edge-jax moe trace --workdir W [--data NAME] [--split validation] [--batches N] --out DIR
+    edge-jax moe trace --workdir W [--data NAME] [--split validation] [--batches N] [--no-probs] --out DIR
 
 ``calibrate`` writes ``calibration.json`` (what ``moe.plan`` reads) and ``calibration.md`` into the
 workdir (or ``--out``): per MoE layer the expert loads, popularity ranking, imbalance ratio and the
 NPUMoE capacity plan the ``moe.*`` settings give (``--config.moe.*`` overrides apply), plus Overlap@K
 of the calibration loads against held-out routing and against a second dataset. ``trace`` runs the
-model dropless over held-out text and writes a routing trace (:mod:`edge_jax.data.routing_trace`).
+model dropless over held-out text (or ``--split train``) and writes a routing trace
+(:mod:`edge_jax.data.routing_trace`); ``--no-probs`` leaves the router probabilities out (the top-k expert
+ids stay), which makes a compressed trace about six times smaller.
 """
 from __future__ import annotations
 
@@ -42,6 +44,8 @@ def add_parser(sub):
     t.add_argument("--split", default="validation", help="split to trace (held-out text: validation)")
     t.add_argument("--batches", type=at_least(0), default=0,
                    help="batches of data.batch_size windows (0: the whole split)")
+    t.add_argument("--no-probs", action="store_true",
+                   help="leave the router probabilities out of the trace (about 6x smaller; expert ids stay)")
     t.add_argument("--out", required=True, help="directory; the trace is written as <data>_<split>.npz")
     t.set_defaults(fn=_trace)
     return p
@@ -97,8 +101,10 @@ def _trace(args, overrides) -> int:
     meta = {"workdir": os.path.abspath(args.workdir), "step": step, "data": data, "split": args.split,
             "tokenizer": run.tokenizer.name, "seq_len": run.config.data.seq_len, "git": git_info(".")}
     trace = record_trace(run.model, params, batches, run.model.cfg.moe_layer_ids(), meta)
+    if args.no_probs:
+        trace = dataclasses.replace(trace, probs=None)
     os.makedirs(args.out, exist_ok=True)
     path = write_trace(os.path.join(args.out, f"{data}_{args.split}.npz"), trace, compress=True)
     print(f"wrote {path}: {trace.n_tokens:,} tokens in {len(trace.seq_starts)} sequences, {trace.n_layers} MoE "
-          f"layers x top-{trace.top_k} of {trace.n_experts} experts")
+          f"layers x top-{trace.top_k} of {trace.n_experts} experts{'' if trace.probs is not None else ' (no probs)'}")
     return 0

@@ -87,3 +87,21 @@ def test_bad_files_are_one_line_errors(trained, tmp_path, capsys):
     err = capsys.readouterr().err.strip()
     assert "recalibrate" in err and "\n" not in err
     assert main(["moe", "trace", "--workdir", wd, "--out", str(tmp_path), "--config.train.steps=3"]) == 2
+
+
+def test_trace_train_split_without_probs(trained, capsys):
+    """--split train --no-probs: the same tokens and experts as a trace with probs, without them; more batches
+    extend the trace (the first tokens of the split, in order)."""
+    root, wd = trained
+    base = ["moe", "trace", "--workdir", wd, "--split", "train"]
+    assert main([*base, "--batches", "2", "--out", str(root / "full")]) == 0
+    assert main([*base, "--batches", "2", "--no-probs", "--out", str(root / "bare")]) == 0
+    assert main([*base, "--batches", "1", "--no-probs", "--out", str(root / "one")]) == 0
+    assert "(no probs)" in capsys.readouterr().out
+    full, bare, one = (read_trace(root / d / "pystdlib_train.npz") for d in ("full", "bare", "one"))
+    assert full.probs is not None and bare.probs is None and bare.meta["split"] == "train"
+    assert bare.n_tokens == 2 * 8 * 32 and len(bare.seq_starts) == 2 * 8
+    for name in ("tokens", "seq_starts", "experts", "embeddings"):
+        assert np.array_equal(getattr(full, name), getattr(bare, name)), name
+    assert np.array_equal(one.tokens, bare.tokens[: one.n_tokens])
+    assert np.array_equal(one.experts, bare.experts[: one.n_tokens])
