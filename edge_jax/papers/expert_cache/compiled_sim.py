@@ -32,39 +32,40 @@ from edge_jax.papers.expert_cache.watermark_pop import WatermarkPop
 
 KINDS = {FIFO: 0, LRU: 1, LFU: 2, Watermark: 3, WatermarkPop: 4}
 _FIFO, _LRU, _LFU, _WM, _POP = 0, 1, 2, 3, 4
-# rows of the policy state ``pol`` [7, n]: FIFO entered[tier] = pol[tier]; watermark b[tier] = pol[4 + tier];
-# watermark_pop's RAM ranking = pol[6]
-_ENTERED, _LAST, _COUNT, _DENSITY, _RANK_R = 0, 2, 3, 4, 6
+# rows of the policy state ``pol`` [8, n]: FIFO entered[tier] = pol[tier]; watermark b[tier] = pol[4 + tier];
+# watermark_pop's RAM ranking = pol[6]; LFU's priorities = pol[7]
+_ENTERED, _LAST, _COUNT, _DENSITY, _RANK_R, _SCRATCH = 0, 2, 3, 4, 6, 7
 
 
 @njit(cache=True, inline="always")
-def _priority(kind, tier, pol, buf, t):
+def _priority(kind, tier, pol, t):
+    """The row of ``pol`` that ranks ``tier``'s residents now (LFU's is computed into its scratch row)."""
     if kind == _FIFO:
-        return pol[_ENTERED + tier]
+        return _ENTERED + tier
     if kind == _LRU:
-        return pol[_LAST]
+        return _LAST
     if kind == _LFU:
-        for i in range(buf.shape[0]):
-            buf[i] = pol[_COUNT, i] + (pol[_LAST, i] + 1.0) / (t + 2)
-        return buf
+        for i in range(pol.shape[1]):
+            pol[_SCRATCH, i] = pol[_COUNT, i] + (pol[_LAST, i] + 1.0) / (t + 2)
+        return _SCRATCH
     if kind == _POP and tier == RAM:
-        return pol[_RANK_R]
-    return pol[_DENSITY + tier]
+        return _RANK_R
+    return _DENSITY + tier
 
 
 @njit(cache=True, inline="always")
-def _admit(kind, tier, new, nn, stamp, t, res, members, pos, cnt, occ, caps, sizes, unit, pol, prbuf, flt, buf, one):
+def _admit(kind, tier, new, nn, stamp, t, res, members, pos, cnt, occ, caps, sizes, unit, pol, flt, buf):
     """``Simulator._admit``: make ``new[:nn]`` resident in ``tier`` for step ``t``, never evicting one of
     its experts (``stamp[o] == t``)."""
     need = sum_at(sizes, new, nn, buf)
     room = caps[tier] - occ[tier]
     if need > room:
-        pr = _priority(kind, tier, pol, prbuf, t)
+        row = _priority(kind, tier, pol, t)
         if unit != 0.0:
-            evict_one_by_one(tier, int(np.ceil((need - room) / unit)), pr, stamp, t, res, members, pos, cnt, occ,
-                             sizes, buf, one)
+            evict_one_by_one(tier, int(np.ceil((need - room) / unit)), pol, row, stamp, t, res, members, pos, cnt,
+                             occ, sizes)
         else:
-            evict_lowest(tier, need - room, pr, stamp, t, res, members, pos, cnt, occ, sizes, buf)
+            evict_lowest(tier, need - room, pol[row], stamp, t, res, members, pos, cnt, occ, sizes, buf)
     for j in range(nn):
         enter(tier, new[j], res, members, pos, cnt)
     occ[tier] += need
@@ -88,23 +89,19 @@ def _observe_watermark(objs_TJ, t, token, layer, n_layers, n_experts, n_tokens, 
         ewma[objs_TJ[t, j]] += alpha
     nl = (layer + 1) % n_layers
     nt = min(token + (1 if nl == 0 else 0), n_tokens - 1)
-    w, b_g, b_r, in_g, in_r = weight[nl], pol[_DENSITY + VRAM], pol[_DENSITY + RAM], res[VRAM], res[RAM]
     keep_g, admit_g = lam[VRAM] * (1 - h), lam[VRAM] * (1 + h)
     keep_r, admit_r = lam[RAM] * (1 - h), lam[RAM] * (1 + h)
-    if eta == 0.0:
-        for i in range(w.shape[0]):
-            b_g[i] = ewma[i] * w[i]
-    else:
-        scout = scaled_scout[nt]
-        for i in range(w.shape[0]):
-            b_g[i] = ((1.0 - eta) * ewma[i] + np.float64(scout[i])) * w[i]
     want_g = want_r = 0
-    for i in range(w.shape[0]):     # b_g holds p_fuse until here
-        p = b_g[i]
+    for i in range(weight.shape[1]):     # 2-d indexing throughout: a row view costs a reference count update
+        if eta == 0.0:
+            p = ewma[i] * weight[nl, i]
+        else:
+            p = ((1.0 - eta) * ewma[i] + np.float64(scaled_scout[nt, i])) * weight[nl, i]
         bg, br = p * dens_g[i], p * dens_r[i]
-        b_g[i], b_r[i] = bg, br
-        want_g += whole[i] if bg >= (keep_g if in_g[i] else admit_g) else 0
-        want_r += whole[i] if br >= (keep_r if in_r[i] else admit_r) else 0
+        pol[_DENSITY + VRAM, i] = bg
+        pol[_DENSITY + RAM, i] = br
+        want_g += whole[i] if bg >= (keep_g if res[VRAM, i] else admit_g) else 0
+        want_r += whole[i] if br >= (keep_r if res[RAM, i] else admit_r) else 0
     lam_g = lam[VRAM] + step * bbar_g * ((np.float64(want_g) - caps[VRAM]) / caps[VRAM])
     lam_r = lam[RAM] + step * bbar_r * ((np.float64(want_r) - caps[RAM]) / caps[RAM])
     lam[VRAM] = lam_g if lam_g > 0.0 else 0.0
@@ -115,34 +112,36 @@ def _observe_watermark(objs_TJ, t, token, layer, n_layers, n_experts, n_tokens, 
 def _prefetch_watermark(tier, h, lam, pol, res, members, pos, cnt, occ, bank, caps, sizes, flt, buf, below):
     """``Watermark._prefetch``: promote (VRAM) or stage (RAM) the densest admissible expert (lowest id on
     ties); whether it moved."""
-    b = pol[_DENSITY + tier]
+    row = _DENSITY + tier
     admit, keep = lam[tier] * (1 + h), lam[tier] * (1 - h)
-    best = -1
+    best, top = -1, -np.inf
     if tier == VRAM:        # RAM residents outside VRAM
         for idx in range(cnt[RAM]):
             i = members[RAM, idx]
-            if not res[VRAM, i] and b[i] >= admit and (best < 0 or b[i] > b[best] or (b[i] == b[best] and i < best)):
-                best = i
+            v = pol[row, i]
+            if not res[VRAM, i] and v >= admit and (best < 0 or v > top or (v == top and i < best)):
+                best, top = i, v
     else:                   # experts outside RAM
         for i in range(sizes.shape[0]):
-            if not res[RAM, i] and b[i] >= admit and (best < 0 or b[i] > b[best]):
-                best = i
+            v = pol[row, i]
+            if not res[RAM, i] and v >= admit and (best < 0 or v > top):
+                best, top = i, v
     if best < 0:
         return False
     nb, below_bytes = 0, 0.0
     for idx in range(cnt[tier]):
         i = members[tier, idx]
-        if (tier == VRAM or not res[VRAM, i]) and b[i] < keep:
+        if (tier == VRAM or not res[VRAM, i]) and pol[row, i] < keep:
             below[nb] = i
             nb += 1
             below_bytes += sizes[i]     # whole bytes: exact in any order
     s, free = sizes[best], caps[tier] - occ[tier]
     if s > bank[tier] or s > free + below_bytes:
         return False
-    ranked = below[:nb]
-    if s > free:            # by density, then id (numpy's stable argsort over ascending ids)
-        ranked = np.sort(ranked)
-        ranked = ranked[np.argsort(b[ranked], kind="mergesort")]
+    if s <= free:           # room without evicting: the victims' order does not matter
+        return prefetch_move(tier, best, below, nb, res, members, pos, cnt, occ, bank, caps, sizes, flt, buf)
+    ranked = np.sort(below[:nb])    # by density, then id (numpy's stable argsort over ascending ids)
+    ranked = ranked[np.argsort(pol[row][ranked], kind="mergesort")]
     return prefetch_move(tier, best, ranked, nb, res, members, pos, cnt, occ, bank, caps, sizes, flt, buf)
 
 
@@ -166,16 +165,19 @@ def _run(kind, objs_TJ, n_layers, n_experts, sizes, cost_g, cost_r, caps, unit, 
     members, pos, cnt = np.zeros((2, n), np.int64), np.zeros((2, n), np.int64), np.zeros(2, np.int64)
     stamp = np.full(n, -1, np.int64)      # stamp[o] == t: o is one of step t's experts
     occ, bank = np.zeros(2), np.zeros(2)
-    pol = np.full((7, n), -1.0)
+    pol = np.full((8, n), -1.0)
     pol[_COUNT] = 0.0
     pol[_DENSITY:] = 0.0
-    prbuf, buf = np.empty(n), np.empty(max(n, k))
+    buf = np.empty(max(n, k))
     miss_g, miss_r = np.empty(k, np.int64), np.empty(k, np.int64)
-    one, below = np.empty(1, np.int64), np.empty(n, np.int64)
+    below = np.empty(n, np.int64)
     whole = sizes.astype(np.int64)     # whole bytes (has_kernel): the watermark's byte sums in integers
     s_min = sizes.min()
+    token, layer = 0, -1
     for t in range(n_steps):
-        token, layer = t // n_layers, t % n_layers
+        layer += 1
+        if layer == n_layers:
+            token, layer = token + 1, 0
         ng = nr = 0
         for j in range(k):
             o = objs_TJ[t, j]
@@ -205,11 +207,9 @@ def _run(kind, objs_TJ, n_layers, n_experts, sizes, cost_g, cost_r, caps, unit, 
                 for i in range(n):
                     pol[_RANK_R, i] = pop[i] * dens_r[i] + wm[7] * pol[_DENSITY + RAM, i]
         if nr:
-            _admit(kind, RAM, miss_r, nr, stamp, t, res, members, pos, cnt, occ, caps, sizes, unit, pol, prbuf, flt,
-                   buf, one)
+            _admit(kind, RAM, miss_r, nr, stamp, t, res, members, pos, cnt, occ, caps, sizes, unit, pol, flt, buf)
         if ng:
-            _admit(kind, VRAM, miss_g, ng, stamp, t, res, members, pos, cnt, occ, caps, sizes, unit, pol, prbuf, flt,
-                   buf, one)
+            _admit(kind, VRAM, miss_g, ng, stamp, t, res, members, pos, cnt, occ, caps, sizes, unit, pol, flt, buf)
         if prefetches:
             for tier in (VRAM, RAM):
                 bank[tier] = min(bank[tier] + credit[tier], bank_cap[tier])

@@ -93,10 +93,21 @@ def evict(tier, victims, m, res, members, pos, cnt, occ, sizes, buf):
 
 
 @njit(cache=True, inline="always")
-def evict_one_by_one(tier, count, pr, stamp, t, res, members, pos, cnt, occ, sizes, buf, one):
-    """One expert size: evict ``count`` lowest-priority residents one at a time, never one of step ``t``'s
-    experts (``stamp[o] == t``), the lowest id on ties (as numpy's argmin over ids); RAM takes residents
-    outside VRAM while there are any."""
+def evict_one(tier, o, res, members, pos, cnt, occ, sizes):
+    """``evict`` of the single expert ``o`` (a one-term sum is the term itself)."""
+    if tier == RAM and res[VRAM, o]:
+        leave(VRAM, o, res, members, pos, cnt)
+        occ[VRAM] -= sizes[o]
+    leave(tier, o, res, members, pos, cnt)
+    occ[tier] -= sizes[o]
+
+
+@njit(cache=True, inline="always")
+def evict_one_by_one(tier, count, pol, row, stamp, t, res, members, pos, cnt, occ, sizes):
+    """One expert size: evict ``count`` residents of lowest priority ``pol[row]`` one at a time, never one
+    of step ``t``'s experts (``stamp[o] == t``), the lowest id on ties (as numpy's argmin over ids); RAM
+    takes residents outside VRAM while there are any. (Rows, not row views: a view costs a reference
+    count update per step.)"""
     for _ in range(count):
         pool = False
         if tier == RAM:
@@ -109,13 +120,12 @@ def evict_one_by_one(tier, count, pr, stamp, t, res, members, pos, cnt, occ, siz
         for idx in range(cnt[tier]):
             i = members[tier, idx]
             if stamp[i] != t and not (pool and res[VRAM, i]):
-                v = pr[i]
+                v = pol[row, i]
                 if v < low or (v == low and i < victim):
                     victim, low = i, v
         if victim < 0:
             raise AssertionError("cannot make room (capacity check missed)")
-        one[0] = victim
-        evict(tier, one, 1, res, members, pos, cnt, occ, sizes, buf)
+        evict_one(tier, victim, res, members, pos, cnt, occ, sizes)
 
 
 @njit(cache=True)
