@@ -9,7 +9,7 @@ from numba import njit
 from edge_jax.papers.expert_cache.compiled_tiers import pairwise_sum
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def next_use(objs_TJ):
     """int64 [T, J]: the next step > t that needs the same object, or T if none (a backward scan; an
     object appears at most once per step)."""
@@ -25,7 +25,7 @@ def next_use(objs_TJ):
     return nxt
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def min_misses(objs_TJ, nxt_TJ, sizes, cap):
     """bool [T, J]: which accesses miss a single tier of ``cap`` bytes run by MIN (evict the resident whose
     key next use x n + id is largest, never one the step needs)."""

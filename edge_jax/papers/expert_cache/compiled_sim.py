@@ -37,7 +37,7 @@ _FIFO, _LRU, _LFU, _WM, _POP = 0, 1, 2, 3, 4
 _ENTERED, _LAST, _COUNT, _DENSITY, _RANK_R, _SCRATCH = 0, 2, 3, 4, 6, 7
 
 
-@njit(cache=True, inline="always")
+@njit(cache=True, error_model="numpy", inline="always")
 def _priority(kind, tier, pol, t):
     """The row of ``pol`` that ranks ``tier``'s residents now (LFU's is computed into its scratch row)."""
     if kind == _FIFO:
@@ -53,7 +53,7 @@ def _priority(kind, tier, pol, t):
     return _DENSITY + tier
 
 
-@njit(cache=True, inline="always")
+@njit(cache=True, error_model="numpy", inline="always")
 def _admit(kind, tier, new, nn, stamp, t, res, members, pos, cnt, occ, caps, sizes, unit, pol, flt, buf):
     """``Simulator._admit``: make ``new[:nn]`` resident in ``tier`` for step ``t``, never evicting one of
     its experts (``stamp[o] == t``)."""
@@ -75,7 +75,7 @@ def _admit(kind, tier, new, nn, stamp, t, res, members, pos, cnt, occ, caps, siz
             pol[_ENTERED + tier, new[j]] = t
 
 
-@njit(cache=True, inline="always")
+@njit(cache=True, error_model="numpy", inline="always")
 def _observe_watermark(objs_TJ, t, token, layer, n_layers, n_experts, n_tokens, res, whole, caps, pol, ewma, lam,
                        wm, weight, dens_g, dens_r, scaled_scout):
     """``Watermark.observe``: EWMA of this layer, fused probabilities for the next step, densities, watermarks.
@@ -108,7 +108,7 @@ def _observe_watermark(objs_TJ, t, token, layer, n_layers, n_experts, n_tokens, 
     lam[RAM] = lam_r if lam_r > 0.0 else 0.0
 
 
-@njit(cache=True, inline="always")
+@njit(cache=True, error_model="numpy", inline="always")
 def _prefetch_watermark(tier, h, lam, pol, res, members, pos, cnt, occ, bank, caps, sizes, flt, buf, below):
     """``Watermark._prefetch``: promote (VRAM) or stage (RAM) the densest admissible expert (lowest id on
     ties); whether it moved."""
@@ -145,7 +145,7 @@ def _prefetch_watermark(tier, h, lam, pol, res, members, pos, cnt, occ, bank, ca
     return prefetch_move(tier, best, ranked, nb, res, members, pos, cnt, occ, bank, caps, sizes, flt, buf)
 
 
-@njit(cache=True, inline="always")
+@njit(cache=True, error_model="numpy", inline="always")
 def _observe_popularity(objs_TJ, t, layer, n_experts, pop, alpha):
     """``WatermarkPop.observe``'s slow EWMA of this layer, before the watermark's own update."""
     row = layer * n_experts
@@ -155,7 +155,7 @@ def _observe_popularity(objs_TJ, t, layer, n_experts, pop, alpha):
         pop[objs_TJ[t, j]] += alpha
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def _run(kind, objs_TJ, n_layers, n_experts, sizes, cost_g, cost_r, caps, unit, credit, bank_cap, prefetches,
          ewma, wm, weight, dens_g, dens_r, scaled_scout, pop, lam, counts, flt):
     n_steps, k = objs_TJ.shape
@@ -219,7 +219,7 @@ def _run(kind, objs_TJ, n_layers, n_experts, sizes, cost_g, cost_r, caps, unit, 
                     pass
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def ewma_history(experts_NLJ, state, alpha, out):
     """``experiment.ewma_probs``'s loop: ``out[i]`` = each layer's EWMA (float32) just before token i, then the
     update p <- (1 - alpha) p, p[hits] += alpha; ``state`` [L, E] float64 starts at the prior."""

@@ -17,7 +17,7 @@ VRAM, RAM = 0, 1
 STALL, BYTES, PREFETCHED = 0, 1, 3     # flt[STALL], flt[BYTES + tier], flt[PREFETCHED + tier]
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy", inline="always")
 def pairwise_sum(a, lo, n):
     """sum(a[lo:lo + n]) in numpy's order for float64 up to 128 terms (its pairwise sum: 8 running sums),
     so it equals ``a[lo:lo + n].sum()`` exactly. Longer sums run in order: only byte sums of whole-byte
@@ -48,7 +48,7 @@ def pairwise_sum(a, lo, n):
     return res
 
 
-@njit(cache=True, inline="always")
+@njit(cache=True, error_model="numpy", inline="always")
 def sum_at(values, idx, n, buf):
     """``values[idx[:n]].sum()`` as numpy computes it (``buf``: scratch of at least n floats)."""
     for j in range(n):
@@ -56,7 +56,7 @@ def sum_at(values, idx, n, buf):
     return pairwise_sum(buf, 0, n)
 
 
-@njit(cache=True, inline="always")
+@njit(cache=True, error_model="numpy", inline="always")
 def enter(tier, o, res, members, pos, cnt):
     """``o`` (not resident in ``tier``) becomes resident."""
     res[tier, o] = True
@@ -65,7 +65,7 @@ def enter(tier, o, res, members, pos, cnt):
     cnt[tier] += 1
 
 
-@njit(cache=True, inline="always")
+@njit(cache=True, error_model="numpy", inline="always")
 def leave(tier, o, res, members, pos, cnt):
     """``o`` (resident in ``tier``) leaves it."""
     res[tier, o] = False
@@ -75,7 +75,7 @@ def leave(tier, o, res, members, pos, cnt):
     cnt[tier] -= 1
 
 
-@njit(cache=True, inline="always")
+@njit(cache=True, error_model="numpy", inline="always")
 def evict(tier, victims, m, res, members, pos, cnt, occ, sizes, buf):
     """``Simulator._evict`` of ``victims[:m]``: leaving RAM also leaves VRAM (containment)."""
     if tier == RAM:
@@ -92,7 +92,7 @@ def evict(tier, victims, m, res, members, pos, cnt, occ, sizes, buf):
     occ[tier] -= sum_at(sizes, victims, m, buf)
 
 
-@njit(cache=True, inline="always")
+@njit(cache=True, error_model="numpy", inline="always")
 def evict_one(tier, o, res, members, pos, cnt, occ, sizes):
     """``evict`` of the single expert ``o`` (a one-term sum is the term itself)."""
     if tier == RAM and res[VRAM, o]:
@@ -102,12 +102,13 @@ def evict_one(tier, o, res, members, pos, cnt, occ, sizes):
     occ[tier] -= sizes[o]
 
 
-@njit(cache=True, inline="always")
+@njit(cache=True, error_model="numpy", inline="always")
 def evict_one_by_one(tier, count, pol, row, stamp, t, res, members, pos, cnt, occ, sizes):
     """One expert size: evict ``count`` residents of lowest priority ``pol[row]`` one at a time, never one
     of step ``t``'s experts (``stamp[o] == t``), the lowest id on ties (as numpy's argmin over ids); RAM
     takes residents outside VRAM while there are any. (Rows, not row views: a view costs a reference
     count update per step.)"""
+    n_big = res.shape[1]
     for _ in range(count):
         pool = False
         if tier == RAM:
@@ -116,19 +117,18 @@ def evict_one_by_one(tier, count, pol, row, stamp, t, res, members, pos, cnt, oc
                 if stamp[i] != t and not res[VRAM, i]:
                     pool = True
                     break
-        victim, low = -1, np.inf
+        victim, low = n_big, np.inf
         for idx in range(cnt[tier]):
             i = members[tier, idx]
             if stamp[i] != t and not (pool and res[VRAM, i]):
                 v = pol[row, i]
                 if v < low or (v == low and i < victim):
                     victim, low = i, v
-        if victim < 0:
-            raise AssertionError("cannot make room (capacity check missed)")
-        evict_one(tier, victim, res, members, pos, cnt, occ, sizes)
+        if victim < n_big:      # always, given the capacity check (no raise here: it would keep reference counts)
+            evict_one(tier, victim, res, members, pos, cnt, occ, sizes)
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def evict_lowest(tier, deficit, pr, stamp, t, res, members, pos, cnt, occ, sizes, buf):
     """Mixed sizes: evict the lowest-priority residents outside step ``t`` (RAM: those outside VRAM first,
     then by priority, then by id, as ``np.lexsort`` over ids) until ``deficit`` bytes are free."""
@@ -145,7 +145,7 @@ def evict_lowest(tier, deficit, pr, stamp, t, res, members, pos, cnt, occ, sizes
     evict(tier, ranked, m, res, members, pos, cnt, occ, sizes, buf)
 
 
-@njit(cache=True, inline="always")
+@njit(cache=True, error_model="numpy", inline="always")
 def prefetch_move(tier, o, victims, nv, res, members, pos, cnt, occ, bank, caps, sizes, flt, buf):
     """``Simulator._prefetch``: move ``o`` into ``tier`` from the link bank, evicting a prefix of the
     ranked ``victims[:nv]`` if that makes room; False (nothing changes) if it cannot."""
