@@ -23,6 +23,7 @@ from edge_jax.papers.expert_cache.compiled_tiers import (
     evict_lowest,
     evict_one_by_one,
     prefetch_move,
+    rank,
     sum_at,
 )
 from edge_jax.papers.expert_cache.engine import SimStats, Simulator, object_ids
@@ -54,7 +55,7 @@ def _priority(kind, tier, pol, t):
 
 
 @njit(cache=True, error_model="numpy", inline="always")
-def _admit(kind, tier, new, nn, stamp, t, res, members, pos, cnt, occ, caps, sizes, unit, pol, flt, buf):
+def _admit(kind, tier, new, nn, stamp, t, res, members, pos, cnt, occ, caps, sizes, unit, pol, flt, buf, ids):
     """``Simulator._admit``: make ``new[:nn]`` resident in ``tier`` for step ``t``, never evicting one of
     its experts (``stamp[o] == t``)."""
     need = sum_at(sizes, new, nn, buf)
@@ -65,7 +66,7 @@ def _admit(kind, tier, new, nn, stamp, t, res, members, pos, cnt, occ, caps, siz
             evict_one_by_one(tier, int(np.ceil((need - room) / unit)), pol, row, stamp, t, res, members, pos, cnt,
                              occ, sizes)
         else:
-            evict_lowest(tier, need - room, pol[row], stamp, t, res, members, pos, cnt, occ, sizes, buf)
+            evict_lowest(tier, need - room, pol, row, stamp, t, res, members, pos, cnt, occ, sizes, buf, ids)
     for j in range(nn):
         enter(tier, new[j], res, members, pos, cnt)
     occ[tier] += need
@@ -138,11 +139,9 @@ def _prefetch_watermark(tier, h, lam, pol, res, members, pos, cnt, occ, bank, ca
     s, free = sizes[best], caps[tier] - occ[tier]
     if s > bank[tier] or s > free + below_bytes:
         return False
-    if s <= free:           # room without evicting: the victims' order does not matter
-        return prefetch_move(tier, best, below, nb, res, members, pos, cnt, occ, bank, caps, sizes, flt, buf)
-    ranked = np.sort(below[:nb])    # by density, then id (numpy's stable argsort over ascending ids)
-    ranked = ranked[np.argsort(pol[row][ranked], kind="mergesort")]
-    return prefetch_move(tier, best, ranked, nb, res, members, pos, cnt, occ, bank, caps, sizes, flt, buf)
+    if s > free:            # by density, then id (numpy's stable argsort over ascending ids)
+        rank(below, nb, pol, row, res, False)
+    return prefetch_move(tier, best, below, nb, res, members, pos, cnt, occ, bank, caps, sizes, flt, buf)
 
 
 @njit(cache=True, error_model="numpy", inline="always")
@@ -207,9 +206,11 @@ def _run(kind, objs_TJ, n_layers, n_experts, sizes, cost_g, cost_r, caps, unit, 
                 for i in range(n):
                     pol[_RANK_R, i] = pop[i] * dens_r[i] + wm[7] * pol[_DENSITY + RAM, i]
         if nr:
-            _admit(kind, RAM, miss_r, nr, stamp, t, res, members, pos, cnt, occ, caps, sizes, unit, pol, flt, buf)
+            _admit(kind, RAM, miss_r, nr, stamp, t, res, members, pos, cnt, occ, caps, sizes, unit, pol, flt, buf,
+                   below)
         if ng:
-            _admit(kind, VRAM, miss_g, ng, stamp, t, res, members, pos, cnt, occ, caps, sizes, unit, pol, flt, buf)
+            _admit(kind, VRAM, miss_g, ng, stamp, t, res, members, pos, cnt, occ, caps, sizes, unit, pol, flt, buf,
+                   below)
         if prefetches:
             for tier in (VRAM, RAM):
                 bank[tier] = min(bank[tier] + credit[tier], bank_cap[tier])

@@ -128,21 +128,48 @@ def evict_one_by_one(tier, count, pol, row, stamp, t, res, members, pos, cnt, oc
             evict_one(tier, victim, res, members, pos, cnt, occ, sizes)
 
 
-@njit(cache=True, error_model="numpy")
-def evict_lowest(tier, deficit, pr, stamp, t, res, members, pos, cnt, occ, sizes, buf):
+@njit(cache=True, error_model="numpy", inline="always")
+def rank(ids, n, pol, row, res, outside_vram_first):
+    """Sort ``ids[:n]`` in place by (VRAM residency if ``outside_vram_first``, priority ``pol[row]``, id):
+    the order of numpy's stable sorts over ascending ids. Insertion sort: no allocation in the step loop."""
+    for a in range(1, n):
+        x = ids[a]
+        gx, kx = outside_vram_first and res[VRAM, x], pol[row, x]
+        b = a - 1
+        while b >= 0:
+            y = ids[b]
+            gy, ky = outside_vram_first and res[VRAM, y], pol[row, y]
+            if gy > gx or (gy == gx and (ky > kx or (ky == kx and y > x))):
+                ids[b + 1] = y
+                b -= 1
+            else:
+                break
+        ids[b + 1] = x
+
+
+@njit(cache=True, error_model="numpy", inline="always")
+def prefix_for(ids, n, sizes, deficit):
+    """How many of ``ids[:n]`` free ``deficit`` bytes in order: numpy's searchsorted(cumsum, deficit) + 1."""
+    freed = 0.0
+    for j in range(n):
+        freed += sizes[ids[j]]
+        if freed >= deficit:
+            return j + 1
+    return n
+
+
+@njit(cache=True, error_model="numpy", inline="always")
+def evict_lowest(tier, deficit, pol, row, stamp, t, res, members, pos, cnt, occ, sizes, buf, ids):
     """Mixed sizes: evict the lowest-priority residents outside step ``t`` (RAM: those outside VRAM first,
     then by priority, then by id, as ``np.lexsort`` over ids) until ``deficit`` bytes are free."""
-    cand = np.sort(np.array([o for o in members[tier, :cnt[tier]] if stamp[o] != t], dtype=np.int64))
-    order = np.argsort(pr[cand], kind="mergesort")
-    if tier == RAM:     # a stable partition by VRAM residency keeps the priority order inside each part
-        outside = np.array([o for o in order if not res[VRAM, cand[o]]], dtype=np.int64)
-        inside = np.array([o for o in order if res[VRAM, cand[o]]], dtype=np.int64)
-        order = np.concatenate((outside, inside))
-    ranked = cand[order]
-    m = int(np.searchsorted(np.cumsum(sizes[ranked]), deficit)) + 1
-    if m > ranked.shape[0]:
-        raise AssertionError("cannot make room (capacity check missed)")
-    evict(tier, ranked, m, res, members, pos, cnt, occ, sizes, buf)
+    nc = 0
+    for idx in range(cnt[tier]):
+        o = members[tier, idx]
+        if stamp[o] != t:
+            ids[nc] = o
+            nc += 1
+    rank(ids, nc, pol, row, res, tier == RAM)
+    evict(tier, ids, prefix_for(ids, nc, sizes, deficit), res, members, pos, cnt, occ, sizes, buf)
 
 
 @njit(cache=True, error_model="numpy", inline="always")
@@ -154,8 +181,7 @@ def prefetch_move(tier, o, victims, nv, res, members, pos, cnt, occ, bank, caps,
     if s > bank[tier] or s > free + sum_at(sizes, victims, nv, buf):
         return False
     if s > free:
-        m = int(np.searchsorted(np.cumsum(sizes[victims[:nv]]), s - free)) + 1
-        evict(tier, victims, m, res, members, pos, cnt, occ, sizes, buf)
+        evict(tier, victims, prefix_for(victims, nv, sizes, s - free), res, members, pos, cnt, occ, sizes, buf)
     enter(tier, o, res, members, pos, cnt)
     occ[tier] += s
     bank[tier] -= s
