@@ -77,17 +77,24 @@ def _admit(kind, tier, new, nn, stamp, t, res, members, pos, cnt, occ, caps, siz
 
 
 @njit(cache=True, error_model="numpy", inline="always")
+def _layer_ewma(objs_TJ, t, layer, n_experts, p, alpha):
+    """``ewma_update`` of this layer's row of the flat [L*E] ``p``: p <- (1 - alpha) p, p[hits] += alpha
+    (the watermark's EWMA, and watermark_pop's slow popularity EWMA before it)."""
+    row = layer * n_experts
+    for e in range(n_experts):
+        p[row + e] *= 1.0 - alpha
+    for j in range(objs_TJ.shape[1]):
+        p[objs_TJ[t, j]] += alpha
+
+
+@njit(cache=True, error_model="numpy", inline="always")
 def _observe_watermark(objs_TJ, t, token, layer, n_layers, n_experts, n_tokens, res, whole, caps, pol, ewma, lam,
                        wm, weight, dens_g, dens_r, scaled_scout):
     """``Watermark.observe``: EWMA of this layer, fused probabilities for the next step, densities, watermarks.
     The bytes the rule wants are summed in integers (``whole``: sizes in whole bytes), which is exact, as the
     reference's float sum of whole numbers is."""
     eta, alpha, step, h, bbar_g, bbar_r = wm[0], wm[1], wm[2], wm[3], wm[4], wm[5]
-    row = layer * n_experts
-    for e in range(n_experts):
-        ewma[row + e] *= 1.0 - alpha
-    for j in range(objs_TJ.shape[1]):
-        ewma[objs_TJ[t, j]] += alpha
+    _layer_ewma(objs_TJ, t, layer, n_experts, ewma, alpha)
     nl = (layer + 1) % n_layers
     nt = min(token + (1 if nl == 0 else 0), n_tokens - 1)
     keep_g, admit_g = lam[VRAM] * (1 - h), lam[VRAM] * (1 + h)
@@ -144,16 +151,6 @@ def _prefetch_watermark(tier, h, lam, pol, res, members, pos, cnt, occ, bank, ca
     return prefetch_move(tier, best, below, nb, res, members, pos, cnt, occ, bank, caps, sizes, flt, buf)
 
 
-@njit(cache=True, error_model="numpy", inline="always")
-def _observe_popularity(objs_TJ, t, layer, n_experts, pop, alpha):
-    """``WatermarkPop.observe``'s slow EWMA of this layer, before the watermark's own update."""
-    row = layer * n_experts
-    for e in range(n_experts):
-        pop[row + e] *= 1.0 - alpha
-    for j in range(objs_TJ.shape[1]):
-        pop[objs_TJ[t, j]] += alpha
-
-
 @njit(cache=True, error_model="numpy")
 def _run(kind, objs_TJ, n_layers, n_experts, sizes, cost_g, cost_r, caps, unit, credit, bank_cap, prefetches,
          ewma, wm, weight, dens_g, dens_r, scaled_scout, pop, lam, counts, flt):
@@ -199,7 +196,7 @@ def _run(kind, objs_TJ, n_layers, n_experts, sizes, cost_g, cost_r, caps, unit, 
                 pol[_LAST, objs_TJ[t, j]] = t
         elif kind == _WM or kind == _POP:
             if kind == _POP:
-                _observe_popularity(objs_TJ, t, layer, n_experts, pop, wm[6])
+                _layer_ewma(objs_TJ, t, layer, n_experts, pop, wm[6])
             _observe_watermark(objs_TJ, t, token, layer, n_layers, n_experts, n_tokens, res, whole, caps, pol, ewma,
                                lam, wm, weight, dens_g, dens_r, scaled_scout)
             if kind == _POP:
