@@ -80,16 +80,16 @@ def _admit(kind, tier, new, nn, stamp, t, res, members, pos, cnt, occ, caps, siz
 def _layer_ewma(objs_TJ, t, layer, n_experts, p, alpha):
     """``ewma_update`` of this layer's row of the flat [L*E] ``p``: p <- (1 - alpha) p, p[hits] += alpha
     (the watermark's EWMA, and watermark_pop's slow popularity EWMA before it)."""
-    row = layer * n_experts
+    row = np.uint64(layer * n_experts)     # an unsigned index: no negative-index wraparound, so this vectorises
     for e in range(n_experts):
-        p[row + e] *= 1.0 - alpha
+        p[row + np.uint64(e)] *= 1.0 - alpha
     for j in range(objs_TJ.shape[1]):
         p[objs_TJ[t, j]] += alpha
 
 
 @njit(cache=True, error_model="numpy", inline="always")
 def _observe_watermark(objs_TJ, t, token, layer, n_layers, n_experts, n_tokens, res, whole, caps, pol, ewma, lam,
-                       wm, weight, dens_g, dens_r, scaled_scout):
+                       wm, weight, dens_g, dens_r, scout, eta_s):
     """``Watermark.observe``: EWMA of this layer, fused probabilities for the next step, densities, watermarks.
     The bytes the rule wants are summed in integers (``whole``: sizes in whole bytes), which is exact, as the
     reference's float sum of whole numbers is."""
@@ -100,11 +100,11 @@ def _observe_watermark(objs_TJ, t, token, layer, n_layers, n_experts, n_tokens, 
     keep_g, admit_g = lam[VRAM] * (1 - h), lam[VRAM] * (1 + h)
     keep_r, admit_r = lam[RAM] * (1 - h), lam[RAM] * (1 + h)
     want_g = want_r = 0
-    for i in range(weight.shape[1]):     # 2-d indexing throughout: a row view costs a reference count update
+    for i in range(weight.shape[1]):
         if eta == 0.0:
             p = ewma[i] * weight[nl, i]
         else:
-            p = ((1.0 - eta) * ewma[i] + np.float64(scaled_scout[nt, i])) * weight[nl, i]
+            p = ((1.0 - eta) * ewma[i] + np.float64(eta_s * scout[nt, i])) * weight[nl, i]
         bg, br = p * dens_g[i], p * dens_r[i]
         pol[_DENSITY + VRAM, i] = bg
         pol[_DENSITY + RAM, i] = br
@@ -122,18 +122,20 @@ def _prefetch_watermark(tier, h, lam, pol, res, members, pos, cnt, occ, bank, ca
     ties); whether it moved."""
     row = _DENSITY + tier
     admit, keep = lam[tier] * (1 + h), lam[tier] * (1 - h)
-    best, top = -1, -np.inf
+    best, top = -1, -np.inf     # branch-free scans (selects)
     if tier == VRAM:        # RAM residents outside VRAM
         for idx in range(cnt[RAM]):
             i = members[RAM, idx]
             v = pol[row, i]
-            if not res[VRAM, i] and v >= admit and (best < 0 or v > top or (v == top and i < best)):
-                best, top = i, v
+            better = (not res[VRAM, i]) & (v >= admit) & ((best < 0) | (v > top) | ((v == top) & (i < best)))
+            best = i if better else best
+            top = v if better else top
     else:                   # experts outside RAM
         for i in range(sizes.shape[0]):
             v = pol[row, i]
-            if not res[RAM, i] and v >= admit and (best < 0 or v > top):
-                best, top = i, v
+            better = (not res[RAM, i]) & (v >= admit) & ((best < 0) | (v > top))
+            best = i if better else best
+            top = v if better else top
     if best < 0:
         return False
     nb, below_bytes = 0, 0.0
@@ -151,24 +153,16 @@ def _prefetch_watermark(tier, h, lam, pol, res, members, pos, cnt, occ, bank, ca
     return prefetch_move(tier, best, below, nb, res, members, pos, cnt, occ, bank, caps, sizes, flt, buf)
 
 
-@njit(cache=True, error_model="numpy")
+@njit(cache=True, error_model="numpy", _nrt=False)
 def _run(kind, objs_TJ, n_layers, n_experts, sizes, cost_g, cost_r, caps, unit, credit, bank_cap, prefetches,
-         ewma, wm, weight, dens_g, dens_r, scaled_scout, pop, lam, counts, flt):
+         ewma, wm, weight, dens_g, dens_r, scout, eta_s, pop, lam, counts, flt, state):
+    """The step loop. Compiled without numba's reference counting (``_nrt=False``: it allocates nothing;
+    :func:`_state` does), which would otherwise be the largest cost: two atomic updates per array per
+    inlined helper call, every step."""
+    res, members, pos, cnt, stamp, occ, bank, pol, buf, miss_g, miss_r, below, whole, s_min = state
     n_steps, k = objs_TJ.shape
     n = sizes.shape[0]
     n_tokens = n_steps // n_layers
-    res = np.zeros((2, n), np.bool_)
-    members, pos, cnt = np.zeros((2, n), np.int64), np.zeros((2, n), np.int64), np.zeros(2, np.int64)
-    stamp = np.full(n, -1, np.int64)      # stamp[o] == t: o is one of step t's experts
-    occ, bank = np.zeros(2), np.zeros(2)
-    pol = np.full((8, n), -1.0)
-    pol[_COUNT] = 0.0
-    pol[_DENSITY:] = 0.0
-    buf = np.empty(max(n, k))
-    miss_g, miss_r = np.empty(k, np.int64), np.empty(k, np.int64)
-    below = np.empty(n, np.int64)
-    whole = sizes.astype(np.int64)     # whole bytes (has_kernel): the watermark's byte sums in integers
-    s_min = sizes.min()
     token, layer = 0, -1
     for t in range(n_steps):
         layer += 1
@@ -198,7 +192,7 @@ def _run(kind, objs_TJ, n_layers, n_experts, sizes, cost_g, cost_r, caps, unit, 
             if kind == _POP:
                 _layer_ewma(objs_TJ, t, layer, n_experts, pop, wm[6])
             _observe_watermark(objs_TJ, t, token, layer, n_layers, n_experts, n_tokens, res, whole, caps, pol, ewma,
-                               lam, wm, weight, dens_g, dens_r, scaled_scout)
+                               lam, wm, weight, dens_g, dens_r, scout, eta_s)
             if kind == _POP:
                 for i in range(n):
                     pol[_RANK_R, i] = pop[i] * dens_r[i] + wm[7] * pol[_DENSITY + RAM, i]
@@ -231,6 +225,20 @@ def ewma_history(experts_NLJ, state, alpha, out):
                 state[li, experts_NLJ[i, li, j]] += alpha
 
 
+def _state(sizes, k):
+    """The simulator's working arrays, zeroed: residency ``res`` and its lists (``members``, ``pos``, ``cnt``),
+    ``stamp`` (stamp[o] == t: o is one of step t's experts), ``occ``, ``bank``, the policy rows ``pol``
+    (last use and entry times -1, counts and densities 0), scratch, ``whole`` (sizes in whole bytes: the
+    watermark's byte sums in integers) and the smallest size."""
+    n = sizes.shape[0]
+    pol = np.full((8, n), -1.0)
+    pol[_COUNT] = 0.0
+    pol[_DENSITY:] = 0.0
+    return (np.zeros((2, n), np.bool_), np.zeros((2, n), np.int64), np.zeros((2, n), np.int64), np.zeros(2, np.int64),
+            np.full(n, -1, np.int64), np.zeros(2), np.zeros(2), pol, np.empty(max(n, k)), np.empty(k, np.int64),
+            np.empty(k, np.int64), np.empty(n, np.int64), sizes.astype(np.int64), float(sizes.min()))
+
+
 def has_kernel(policy, profile) -> bool:
     """Whether :func:`simulate` runs ``policy`` compiled (else it runs the reference)."""
     sizes = profile.sizes
@@ -252,7 +260,7 @@ def simulate(experts_NLJ: np.ndarray, profile, cap_g: float, cap_r: float, polic
     bank_cap = np.array([max(largest, profile.credit_g), max(largest, profile.credit_r)], np.float64)
     ewma, wm, weight, pop = np.zeros(1), np.zeros(8), np.zeros((1, 1)), np.zeros(1)
     dens_g = dens_r = np.zeros(1)
-    scaled_scout = np.zeros((1, 1), np.float32)
+    scout, eta_s = np.zeros((1, 1), np.float32), np.float32(0.0)
     if kind in (_WM, _POP):     # Watermark.reset and its first observe, computed by the same numpy expressions
         p = policy
         ewma = np.full(L * E, p.p0 if p.p0 >= 0 else k / E)
@@ -261,16 +269,18 @@ def simulate(experts_NLJ: np.ndarray, profile, cap_g: float, cap_r: float, polic
         dens_g, dens_r = profile.cost_g / profile.sizes, profile.cost_r / profile.sizes
         wm = np.array([p.eta, p.alpha, p.step, p.h, float(dens_g.mean()) * k / E, float(dens_r.mean()) * k / E,
                        getattr(p, "pop_alpha", 0.0), getattr(p, "pop_mix", 0.0)])
-        if p.eta != 0:     # as the reference's eta * scout[token], one row per token
-            scaled_scout = np.ascontiguousarray(p.eta * p.scout).reshape(len(p.scout), L * E)
+        if p.eta != 0:     # one row per token; eta in the scout's dtype, as numpy takes the reference's eta * scout[t]
+            scout = np.ascontiguousarray(p.scout).reshape(len(p.scout), L * E)
+            eta_s = scout.dtype.type(p.eta)
     prefetches = bool(getattr(policy, "prefetches", False)) and (profile.credit_g > 0 or profile.credit_r > 0)
     lam, counts, flt = np.zeros(2), np.zeros(3, np.int64), np.zeros(5)
     unit = float(sizes[0]) if profile.uniform else 0.0
+    state = _state(sizes, k)
     t0 = time.perf_counter()
     _run(kind, np.ascontiguousarray(objs_NLJ.reshape(n_tokens * n_layers, k)), n_layers, E, sizes,
          np.ascontiguousarray(profile.cost_g, np.float64), np.ascontiguousarray(profile.cost_r, np.float64),
          np.array([float(cap_g), float(cap_r)]), unit, credit, bank_cap, prefetches, ewma, wm, weight, dens_g, dens_r,
-         scaled_scout, pop, lam, counts, flt)
+         scout, eta_s, pop, lam, counts, flt, state)
     wall = time.perf_counter() - t0
     if kind in (_WM, _POP):
         policy.lam = {"vram": float(lam[VRAM]), "ram": float(lam[RAM])}

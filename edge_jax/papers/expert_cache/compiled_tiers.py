@@ -106,8 +106,8 @@ def evict_one(tier, o, res, members, pos, cnt, occ, sizes):
 def evict_one_by_one(tier, count, pol, row, stamp, t, res, members, pos, cnt, occ, sizes):
     """One expert size: evict ``count`` residents of lowest priority ``pol[row]`` one at a time, never one
     of step ``t``'s experts (``stamp[o] == t``), the lowest id on ties (as numpy's argmin over ids); RAM
-    takes residents outside VRAM while there are any. (Rows, not row views: a view costs a reference
-    count update per step.)"""
+    takes residents outside VRAM while there are any. The scan is branch-free (selects, not branches):
+    which resident wins is unpredictable, and mispredicted branches were its largest cost."""
     n_big = res.shape[1]
     for _ in range(count):
         pool = False
@@ -120,11 +120,11 @@ def evict_one_by_one(tier, count, pol, row, stamp, t, res, members, pos, cnt, oc
         victim, low = n_big, np.inf
         for idx in range(cnt[tier]):
             i = members[tier, idx]
-            if stamp[i] != t and not (pool and res[VRAM, i]):
-                v = pol[row, i]
-                if v < low or (v == low and i < victim):
-                    victim, low = i, v
-        if victim < n_big:      # always, given the capacity check (no raise here: it would keep reference counts)
+            v = pol[row, i]
+            better = (stamp[i] != t) & (not (pool and res[VRAM, i])) & ((v < low) | ((v == low) & (i < victim)))
+            victim = i if better else victim
+            low = v if better else low
+        if victim < n_big:      # always, given the capacity check
             evict_one(tier, victim, res, members, pos, cnt, occ, sizes)
 
 

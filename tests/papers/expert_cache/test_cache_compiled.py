@@ -91,6 +91,8 @@ def test_compiled_equals_reference_with_ties():
     flat = np.full((len(experts), 2, 4), 0.5, np.float32)
     assert_identical(experts, prof, *capacities(prof, 0.5, 0.75, 2), flat)
     assert_identical(experts, prof, *capacities(prof, 0.5, 0.75, 2), noisy_scout(experts, 4, seed=2))
+    # a float64 forecast: eta x scout is then computed in float64, in the kernel as in numpy
+    assert_identical(experts, prof, *capacities(prof, 0.5, 0.75, 2), noisy_scout(experts, 4, seed=3).astype(np.float64))
 
 
 def test_policies_without_a_kernel_run_the_reference():
