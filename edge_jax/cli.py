@@ -19,7 +19,8 @@ import traceback
 from typing import Callable
 
 from edge_jax import distributed
-from edge_jax.compile.chips import prepare_for_argv
+from edge_jax.compile import gpus
+from edge_jax.compile.chips import prepare_for_argv, topology_of
 from edge_jax.errors import EXIT_PREEMPTED, ConfigError, Preempted, UserError
 from edge_jax.utils.args import UsageError, at_least, count, output_dir, trained_workdir
 
@@ -188,8 +189,10 @@ def _add(sub, name: str, add_parser: Callable) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    argv = sys.argv[1:] if argv is None else argv
+    program, argv = argv is None, sys.argv[1:] if argv is None else argv
     prepare_for_argv(argv)  # before building the parser, which imports the plugins and may start JAX
+    if program:     # before anything imports JAX
+        gpus.hide_plugin_unless_needed(topology_of(argv))
     distributed.quiet_platforms()
     parser = build_parser()
     try:

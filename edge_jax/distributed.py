@@ -177,8 +177,9 @@ def quiet_platforms(env=os.environ) -> None:
     if tpu_chips() or nvidia_gpus() or glob.glob("/dev/kfd"):
         return
     env["JAX_PLATFORMS"] = "cpu"
-    import jax
-    jax.config.update("jax_platforms", "cpu")
+    if "jax" in sys.modules:    # else JAX reads the variable when it is imported
+        import jax
+        jax.config.update("jax_platforms", "cpu")
 
 
 def _client():

@@ -137,10 +137,11 @@ def _stats(step, lowered_fn, mesh, config, tokens, seq, batch, state_abs, params
 
 def for_target(target: Target, lower):
     """``lower`` run with the kernels (``model.kernels``) chosen for the target's platform: a TPU
-    slice gets the Mosaic kernels though this process runs on the CPU backend."""
+    slice gets the Mosaic kernels, a GPU card the Triton ones, though this process runs on the CPU
+    backend."""
     @functools.wraps(lower)
     def call(*args, **kwargs):
-        with backend.targeting("tpu" if target.chip is not None else None):
+        with backend.targeting(target.chip.platform if target.chip is not None else None):
             return lower(*args, **kwargs)
 
     return call

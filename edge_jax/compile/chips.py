@@ -1,5 +1,5 @@
-"""Compile targets: TPU chips and slices (built from libtpu on any machine), simulated CPU devices,
-and this machine's own devices.
+"""Compile targets: TPU chips and slices (built from libtpu on any machine), NVIDIA cards (built from
+the CUDA plugin: edge_jax.compile.gpus), simulated CPU devices, and this machine's own devices.
 
 ``--topology`` takes a Cloud TPU accelerator type (``v5p-128``, ``v5e-256``), an explicit slice
 shape (``v5p:4x4x4``), ``cpu:N`` (N simulated host devices; needs
@@ -32,6 +32,7 @@ class Chip:
     hbm_bandwidth: float    # bytes/s per device
     cores_per_chip: int     # TensorCores counted by the accelerator type's number
     dims: int               # 2-D or 3-D torus
+    platform: str = "tpu"   # the kernels' platform (``gpu``: edge_jax.compile.gpus)
 
 
 CHIPS = {
@@ -63,8 +64,9 @@ def cloud_names(gen: str) -> list[str]:
 
 
 def known_topologies() -> list[str]:
-    """Every ``--topology`` spelling of a Cloud accelerator type, plus ``cpu:N`` and ``local``."""
-    return [name for gen in CHIPS for name in cloud_names(gen)] + ["cpu:N", "local"]
+    """Every ``--topology`` spelling of a Cloud accelerator type and a GPU, plus ``cpu:N`` and ``local``."""
+    from edge_jax.compile import gpus
+    return [name for gen in CHIPS for name in cloud_names(gen)] + gpus.known() + ["cpu:N", "local"]
 
 
 def host_bounds(dims: list[int]) -> tuple[int, int, int]:
@@ -83,7 +85,7 @@ def slice_shape(name: str) -> tuple[str, str]:
         valid = ", ".join(f"{gen}-" + "|".join(n.split("-")[1] for n in cloud_names(gen)) for gen in CHIPS)
         head = near.split("; valid:")[0]
         raise ConfigError(f"{head}{' ' if head.endswith('?') else '; '}valid: {valid}, an explicit slice "
-                          "(v5p:4x4x4), cpu:N, local")
+                          "(v5p:4x4x4), h100, h200, a100, Nxh100 (N cards on one host), cpu:N, local")
     chip, rest = CHIPS[gen], m.group(2)
     shapes = SHAPES_3D if chip.dims == 3 else SHAPES_2D
     if re.fullmatch(r"[1-9]\d*(x[1-9]\d*){%d}" % (chip.dims - 1), rest):
@@ -129,27 +131,45 @@ def host_target(name: str) -> Target:
     return Target(f"cpu:{n}", tuple(have[:n]), None)
 
 
+def gpu_target(name: str) -> Target:
+    """``h100``, ``8xh100`` ...: deviceless NVIDIA cards from the CUDA plugin (edge_jax.compile.gpus)."""
+    from edge_jax.compile import gpus
+    n, key = gpus.parse(name)
+    card = gpus.CARDS[key]
+    chip = Chip(card.name, card.memory_bytes, card.peak_bf16, card.bandwidth, 1, 1, platform="gpu")
+    return Target(f"{n}x {key}" if n > 1 else key, gpus.devices(name), chip)
+
+
 def make_target(name: str, slices: int = 1) -> Target:
+    from edge_jax.compile import gpus
     if slices < 1:
         raise ConfigError(f"--slices must be >= 1, got {slices}")
-    if name == "local" or name.startswith("cpu:"):
-        if slices != 1:
-            raise ConfigError(f"--slices applies to TPU topologies only, not {name!r}")
+    host, gpu = name == "local" or name.startswith("cpu:"), gpus.parse(name) is not None
+    if (host or gpu) and slices != 1:
+        raise ConfigError(f"--slices applies to TPU topologies only, not {name!r}")
+    if host:
         return host_target(name)
-    return tpu_target(name, slices)
+    return gpu_target(name) if gpu else tpu_target(name, slices)
 
 
 def prepare_for_argv(argv: list[str]) -> None:
     """:func:`prepare_environment` for a command line's ``--topology`` (compile, grid --compile-only),
     called by the entry points before anything starts a backend."""
+    prepare_environment(topology_of(argv))
+
+
+def topology_of(argv: list[str]) -> str:
+    """The ``--topology`` of a command line ("" if none)."""
     for i, a in enumerate(argv):
         if a.startswith("--topology"):
-            prepare_environment(a.partition("=")[2] or (argv[i + 1] if i + 1 < len(argv) else ""))
+            return a.partition("=")[2] or (argv[i + 1] if i + 1 < len(argv) else "")
+    return ""
 
 
 def prepare_environment(topology: str) -> None:
-    """Before JAX starts a backend: for a TPU slice or ``cpu:N``, run on the CPU backend (so libtpu
-    does not probe for a chip) and, for ``cpu:N``, ask for N simulated devices."""
+    """Before JAX starts a backend: for a TPU slice, a GPU card or ``cpu:N``, run on the CPU backend (so
+    libtpu does not probe for a chip, nor the CUDA plugin for a driver) and, for ``cpu:N``, ask for N
+    simulated devices."""
     if not topology or topology == "local":
         return
     os.environ.setdefault("JAX_PLATFORMS", "cpu")

@@ -81,7 +81,7 @@ def report(config, target, decode: bool = False, fix: bool = True, layers: str =
     """``(printed table, fits)`` for one config on one target; ``layers`` (from :func:`choose_layers`)
     is printed as its own row."""
     from edge_jax.compile.fit import compile_with_fix
-    from edge_jax.compile.report import KERNELS_NOTE, NOTE, describe, fix_row, oom_rows, table
+    from edge_jax.compile.report import GPU_NOTE, KERNELS_NOTE, NOTE, describe, fix_row, oom_rows, table
     out = compile_with_fix(config, target, compiler(target, decode), fix)
     if out.stats is None:
         rows = oom_rows(out.oom, target)
@@ -94,15 +94,17 @@ def report(config, target, decode: bool = False, fix: bool = True, layers: str =
         if out.fix_stats is not None:  # the step as it fits
             rows += [(f"with the fix: {k}", v) for k, v in describe(out.fix_stats, target, float(
                 config.train.steps) * out.fix_stats.tokens)[1:]]
-    note = ("\n" + NOTE if target.chip else "") + ("\n" + KERNELS_NOTE if target.chip and config.model.kernels != "xla"
-                                                 else "")
+    gpu = target.chip is not None and target.chip.platform == "gpu"
+    note = ("\n" + NOTE if target.chip else "") + ("\n" + GPU_NOTE if gpu else "") + (
+        "\n" + KERNELS_NOTE if target.chip and not gpu and config.model.kernels != "xla" else "")
     return table(rows) + note, out.fits
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--config", required=True, help="path/to/config.py[:arg], e.g. configs/lm.py:size=qwen3_4b")
     p.add_argument("--topology", required=True, help="a Cloud TPU type (v5p-128, v5e-256, v4-64, v6e-16 ...), "
-                   "an explicit slice (v5p:4x4x4), cpu:N (simulated devices) or local (this machine's devices)")
+                   "an explicit slice (v5p:4x4x4), an NVIDIA card (h100, h200, a100; 8xh100: eight on one host; "
+                   "needs the cuda extra), cpu:N (simulated devices) or local (this machine's devices)")
     p.add_argument("--mesh", default=None, help="AXIS=SIZE over data, fsdp, tensor (default: data = slices, "
                    "fsdp = every other device)")
     p.add_argument("--slices", type=count, default=1, help="TPU slices joined over DCN (the data axis crosses them)")
@@ -117,7 +119,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 @COMMANDS.register("compile")
 def add_parser(sub) -> None:
-    p = sub.add_parser("compile", help="compile the train/decode step for a TPU topology (or cpu:N, local) and "
+    p = sub.add_parser("compile", help="compile the train/decode step for a TPU topology or GPU (or cpu:N, local) and "
                        "print memory per device, fit and a roofline estimate")
     add_arguments(p)
     p.set_defaults(fn=run, takes_overrides=True)

@@ -5,8 +5,9 @@ A TPU compile that needs more HBM than the chip has fails in the compiler (RESOU
 :func:`compile_or_oom` turns that into an :class:`OutOfMemory` with the bytes asked for and
 available. :func:`cheapest_fix` then compiles candidate changes, cheapest first (the loss a chunk
 of positions at a time, rematerialise matmul outputs only, rematerialise everything, shard
-parameters over every device, halve the micro-batch with gradient accumulation), and names the
-first one that compiles and fits.
+parameters over every device, halve the micro-batch with gradient accumulation), then the
+accumulation the last compile's temporaries say would fit (a one-card GPU target needs far more than
+8), and names the first one that compiles and fits.
 """
 from __future__ import annotations
 
@@ -105,6 +106,7 @@ def cheapest_fix(config, target: Target, compile_for: Callable, max_tries: int =
     sharding, then accumulation, so the one named includes those before it."""
     applied: dict = {}
     flags: list[str] = []
+    last = None
     for flag, overrides in candidate_fixes(config, len(target.devices))[:max_tries]:
         kind = next(iter(overrides)).split(".")[-1]  # a later remat / grad_accum replaces the earlier one
         trial = {**applied, **overrides}
@@ -112,10 +114,44 @@ def cheapest_fix(config, target: Target, compile_for: Callable, max_tries: int =
             result = compile_or_oom(lambda: compile_for(with_overrides(config, trial)))
         except UserError:  # not buildable on this mesh (e.g. a micro-batch the data axes do not divide)
             continue
-        applied, flags = trial, [f for f in flags if kind not in f] + [flag]
+        applied, flags, last = trial, [f for f in flags if kind not in f] + [flag], result
+        if fits(result, target):
+            return " ".join(flags), result
+    for _ in range(3):  # then the accumulation the last compile's temporaries say would fit, doubled until it does
+        accum = scaled_accumulation(config, applied, last, target)
+        if accum is None:
+            break
+        trial = {**applied, "train.grad_accum": accum}
+        try:
+            result = compile_or_oom(lambda: compile_for(with_overrides(config, trial)))
+        except UserError:
+            break
+        applied, last = trial, result
+        flags = [f for f in flags if "grad_accum" not in f] + [f"--config.train.grad_accum={accum}"]
         if fits(result, target):
             return " ".join(flags), result
     return None, None
+
+
+def scaled_accumulation(config, applied: dict, last, target: Target) -> int | None:
+    """The gradient accumulation (a power of two times the current one, dividing the batch) at which
+    the last compile's temporaries, which scale with the micro-batch, would fit beside what does not
+    scale (arguments, outputs, program); None if no such accumulation is left to try."""
+    if last is None or target.chip is None:
+        return None
+    accum = int(applied.get("train.grad_accum", config.train.grad_accum))
+    batch = int(config.data.batch_size)
+    if isinstance(last, OutOfMemory):
+        if not last.needed:
+            return None
+        fixed, temp = 0.0, last.needed  # the compiler's total only: assume all of it scales
+    else:
+        fixed, temp = last.total_bytes - last.temp_bytes, last.temp_bytes
+    room = target.chip.hbm_bytes - fixed
+    k = 2
+    while accum * k < batch and (room <= 0 or temp / k > room):
+        k *= 2
+    return accum * k if batch % (accum * k) == 0 and accum * k <= batch else None
 
 
 @dataclasses.dataclass

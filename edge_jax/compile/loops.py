@@ -49,7 +49,9 @@ class Cost:
 def cost_of(compiled) -> Cost:
     """The compiler's count for a compiled program (per device)."""
     cost = compiled.cost_analysis()
-    cost = cost[0] if isinstance(cost, (list, tuple)) else cost
+    cost = (cost[0] if cost else None) if isinstance(cost, (list, tuple)) else cost
+    if not cost:    # XLA's GPU compiler gives none
+        return Cost()
     return Cost(float(cost.get("flops", 0.0)), float(cost.get("bytes accessed", 0.0)))
 
 
@@ -147,6 +149,8 @@ def uncounted(config, model, state_abs, shardings, mesh, counted: Cost, lower=la
     """What the compiler's ``counted`` cost of the train step leaves out, per device (zero
     without loops). ``lower`` as in :func:`one_layer`."""
     cfg = model.cfg
+    if not counted.flops:   # no cost analysis (a GPU target): nothing to add to
+        return Cost()
     accum, seq = int(config.train.grad_accum), int(config.data.seq_len)
     micro, chunk = int(config.data.batch_size) // accum, int(config.train.loss_chunk)
     per_micro = Cost()

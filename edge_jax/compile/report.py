@@ -27,18 +27,22 @@ class Estimate:
     compute_s: float
     memory_s: float
     tokens_per_s: float
-    mfu: float
+    mfu: float | None           # None: no compiled FLOP count to measure the model's against
 
 
 def estimate(stats: CompileStats, target: Target) -> Estimate | None:
-    """The roofline step time and what follows from it; None without a chip (CPU, local)."""
+    """The roofline step time and what follows from it; None without a chip (CPU, local). Without a
+    compiled count (XLA's GPU compiler gives none) the roofline is on the model's FLOPs and on the
+    step's arguments and outputs moved once: a lower bound on the step, with no MFU to show."""
     chip = target.chip
     if chip is None:
         return None
-    compute = stats.flops / chip.peak_flops
-    memory = stats.bytes_accessed / chip.hbm_bandwidth
+    counted = stats.flops > 0
+    flops = stats.flops if counted else stats.model_flops / len(target.devices)
+    traffic = stats.bytes_accessed if counted else stats.argument_bytes + stats.output_bytes
+    compute, memory = flops / chip.peak_flops, traffic / chip.hbm_bandwidth
     step = max(compute, memory, 1e-12)
-    mfu = stats.model_flops / (len(target.devices) * chip.peak_flops * step)
+    mfu = stats.model_flops / (len(target.devices) * chip.peak_flops * step) if counted else None
     return Estimate(step, compute, memory, stats.tokens / step, mfu)
 
 
@@ -73,14 +77,16 @@ def describe(stats: CompileStats, target: Target, budget_tokens: float = 0.0) ->
                                                              f"no: {gib(stats.total_bytes - hbm)} over")),
             ("compiled FLOPs / device / step", f"{stats.flops:.3e}" + (
                 f" ({stats.loop_flops:.3e} of them: loop bodies the compiler counts once, compiled alone)"
-                if stats.loop_flops else "")),
+                if stats.loop_flops else "") if stats.flops else "n/a (the compiler gives no cost analysis)"),
             ("model FLOPs / device / step", f"{stats.model_flops / len(target.devices):.3e} (6 N T + attention)"),
             ("compile time", f"{stats.compile_s:.1f} s")]
     est = estimate(stats, target)
     if est is not None:
         bound = "compute" if est.compute_s >= est.memory_s else "HBM bandwidth"
-        rows += [("est. step time (roofline)", f"{est.step_s * 1e3:.1f} ms ({bound}-bound)"),
-                 ("est. tokens/s", f"{est.tokens_per_s:,.0f}"), ("est. MFU", f"{100 * est.mfu:.1f} %")]
+        basis = "" if est.mfu is not None else ", on model FLOPs: a lower bound"
+        rows += [("est. step time (roofline)", f"{est.step_s * 1e3:.1f} ms ({bound}-bound{basis})"),
+                 ("est. tokens/s", f"{est.tokens_per_s:,.0f}" + (" (an upper bound)" if basis else "")),
+                 ("est. MFU", f"{100 * est.mfu:.1f} %" if est.mfu is not None else "n/a (no compiled FLOPs)")]
         if budget_tokens:
             rows.append((f"est. time for {budget_tokens:.3g} tokens", duration(budget_tokens / est.tokens_per_s)))
     return rows
@@ -112,3 +118,7 @@ NOTE = ("Estimates are a roofline (compiled FLOPs / peak bf16 FLOP/s vs compiled
         "the larger, loop bodies counted every time), without collectives or overlap: real steps are slower. "
         "MFU = model FLOPs (6 N T + attention) / (devices x peak x est. step): remat recompute and the "
         "compiler's other additions show as the gap to 100 %.")
+GPU_NOTE = ("On a GPU card XLA's compiler gives no FLOP or byte count: the estimate is a roofline on the "
+            "model's FLOPs and on the step's arguments and outputs moved once, a lower bound on the step time "
+            "(tokens/s an upper bound), and there is no MFU to show. HBM is the card's memory.total; JAX "
+            "preallocates 75 % of it unless XLA_PYTHON_CLIENT_MEM_FRACTION is raised (docs/compile.md).")

@@ -1,6 +1,7 @@
 """``edge-jax grid ABLATION --preset paper --compile-only --topology T``: compile every training run
 of a grid (its stages and its cells that train; seed 0, since seeds change no shape) for a TPU
-topology and write ``results/<name>/<preset>_compile.md``: per run the mesh, HBM per device,
+topology and write ``results/<name>/<preset>_compile.md`` (for a GPU card, ``gpu_compile.md``, one
+section per card and preset): per run the mesh, HBM per device,
 whether it fits (else the cheapest fix the compiler confirms), the roofline step time, its
 model-FLOPs utilisation, tokens/s and the time for the run's token budget (train.steps x batch x
 seq). Layers are compiled scanned unless ``unrolled`` or the run sets ``model.scan_layers`` itself
@@ -60,21 +61,22 @@ def _row(name: str, config, target, outcome) -> dict:
         budget = float(config.train.steps) * stats.tokens
         row.update({"HBM / device": gib(stats.total_bytes), "compile s": f"{stats.compile_s:.0f}",
                     "est. step": f"{est.step_s * 1e3:,.0f} ms" if est else "",
-                    "est. MFU": f"{100 * est.mfu:.1f} %" if est else "",
+                    "est. MFU": ("n/a" if est.mfu is None else f"{100 * est.mfu:.1f} %") if est else "",
                     "est. tokens/s": f"{est.tokens_per_s:,.0f}" if est else "",
                     "est. time for budget": f"{duration(budget / est.tokens_per_s)} ({budget:.3g} tokens)"
                     if est and budget else ""})
     return row
 
 
-def render(grid: Grid, preset: str, rows: dict) -> str:
-    from edge_jax.compile.report import NOTE
-    lines = [f"# {grid.title}: compiled for TPU ({preset} preset)", "",
-             f"Written by `edge-jax grid {grid.path} --preset {preset} --compile-only --topology T` "
+def render(grid: Grid, preset: str, rows: dict, gpu: bool = False) -> str:
+    from edge_jax.compile.report import GPU_NOTE, NOTE
+    title = "compiled for one GPU (one section per card and preset)" if gpu else f"compiled for TPU ({preset} preset)"
+    lines = [f"# {grid.title}: {title}", "",
+             f"Written by `edge-jax grid {grid.path} --preset {'P' if gpu else preset} --compile-only --topology T` "
              "(docs/compile.md). One row per training run at seed 0; HBM is the compiler's per-device total "
              "(arguments + outputs - donated + temporaries + program). Where a run does not fit, the HBM and "
              "estimates are those with the fix named. Layers are scanned (`model.scan_layers=True`) unless the "
-             "run's name says unrolled.", "", NOTE, ""]
+             "run's name says unrolled.", "", NOTE, *([GPU_NOTE] if gpu else []), ""]
     for topology, entry in rows.items():
         extra = ", ".join(f"`{k}={v}`" for k, v in entry.get("overrides", {}).items())
         lines += [f"## {topology}", "", f"Compiled at commit {entry['commit']} with jax {entry['jax']}"
@@ -94,13 +96,14 @@ def compile_grid(grid: Grid, target, mesh: dict, out_dir: Path, load_config: Cal
     from edge_jax.compile.command import SCAN_KEY, choose_layers, compiler
     from edge_jax.compile.fit import compile_with_fix
     out_dir.mkdir(parents=True, exist_ok=True)
-    data_path = out_dir / f"{grid.preset}_compile.json"
-    table_path = out_dir / f"{grid.preset}_compile.md"
+    gpu = target.chip is not None and target.chip.platform == "gpu"   # one file for every preset on a card
+    data_path = out_dir / ("gpu_compile.json" if gpu else f"{grid.preset}_compile.json")
+    table_path = data_path.with_suffix(".md")
     rows = json.loads(data_path.read_text()) if data_path.exists() else {}
     info = git_info(Path(grid.path).resolve().parent)
     commit = (info["commit"] or "unknown")[:7] + ("-dirty" if info["dirty"] else "")
     entry = {"commit": commit, "jax": jax.__version__, "overrides": dict(extra), "rows": {}}
-    rows[target.name] = entry
+    rows[f"{target.name}, {grid.preset} preset" if gpu else target.name] = entry
     for name, (base, overrides) in runs(grid).items():
         if {**overrides, **extra}.get("train.steps") == 0:
             log(f"{name}: evaluates only (train.steps=0), nothing to compile")
@@ -117,5 +120,5 @@ def compile_grid(grid: Grid, target, mesh: dict, out_dir: Path, load_config: Cal
             entry["rows"][name] = {"run": name, "fits": f"not compiled: {str(e).splitlines()[0][:160]}"}
         log(f"{name}: " + ", ".join(f"{k} {v}" for k, v in entry["rows"][name].items() if k != "run" and v))
         write_json_atomic(data_path, rows)
-        write_text_atomic(table_path, render(grid, grid.preset, rows))
+        write_text_atomic(table_path, render(grid, grid.preset, rows, gpu))
     return table_path

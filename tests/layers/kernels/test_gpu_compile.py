@@ -17,7 +17,7 @@ from edge_jax.layers.kernels.expert_ffn import expert_ffn
 from edge_jax.layers.kernels.mla_decode import mla_decode
 from edge_jax.layers.kernels.segment_attention import segment_attention
 
-pytestmark = [pytest.mark.skipif(not gpus.has_plugin(), reason="needs the cuda extra (bash scripts/setup.sh --cuda)"),
+pytestmark = [pytest.mark.skipif(not gpus.has_plugin(), reason="needs the cuda extra (pip install -e '.[cuda]')"),
               pytest.mark.skipif(not backend.TRITON, reason="this JAX has no Pallas Triton backend")]
 CARDS = ["h100", "h200"]
 NO_SPILLS = {"xla_gpu_fail_ptx_compilation_on_register_spilling": True}
