@@ -44,7 +44,12 @@ def _bytes(text: str) -> float:
 
 
 def parse_oom(message: str) -> OutOfMemory | None:
-    """The needed / available bytes of an XLA out-of-memory error, None if ``message`` is not one."""
+    """The needed / available bytes of an XLA out-of-memory error, None if ``message`` is not one. A
+    GPU kernel that would need more thread blocks than the card launches (a whole global batch as one
+    program on one card) is a step too large for the device too, with no byte counts."""
+    if "than allowed by hardware" in message:
+        m = re.search(r"Kernel '([^']+)' launch needs more blocks[^\n]*", message)
+        return OutOfMemory(0.0, 0.0, m.group(0) if m else message)
     if "RESOURCE_EXHAUSTED" not in message and "Ran out of memory" not in message:
         return None
     size = r"([\d.]+\s*[KMGT]?i?B?)"
@@ -117,7 +122,7 @@ def cheapest_fix(config, target: Target, compile_for: Callable, max_tries: int =
         applied, flags, last = trial, [f for f in flags if kind not in f] + [flag], result
         if fits(result, target):
             return " ".join(flags), result
-    for _ in range(3):  # then the accumulation the last compile's temporaries say would fit, doubled until it does
+    for _ in range(6):  # then the accumulation the last compile's temporaries say would fit, doubled until it does
         accum = scaled_accumulation(config, applied, last, target)
         if accum is None:
             break
@@ -136,14 +141,15 @@ def cheapest_fix(config, target: Target, compile_for: Callable, max_tries: int =
 def scaled_accumulation(config, applied: dict, last, target: Target) -> int | None:
     """The gradient accumulation (a power of two times the current one, dividing the batch) at which
     the last compile's temporaries, which scale with the micro-batch, would fit beside what does not
-    scale (arguments, outputs, program); None if no such accumulation is left to try."""
+    scale (arguments, outputs, program); twice the current one after a refusal that gives no bytes;
+    None if no such accumulation is left to try."""
     if last is None or target.chip is None:
         return None
     accum = int(applied.get("train.grad_accum", config.train.grad_accum))
     batch = int(config.data.batch_size)
     if isinstance(last, OutOfMemory):
-        if not last.needed:
-            return None
+        if not last.needed:     # a refusal without byte counts: halve the micro-batch
+            return accum * 2 if accum * 2 <= batch and batch % (accum * 2) == 0 else None
         fixed, temp = 0.0, last.needed  # the compiler's total only: assume all of it scales
     else:
         fixed, temp = last.total_bytes - last.temp_bytes, last.temp_bytes

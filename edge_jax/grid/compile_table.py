@@ -60,12 +60,16 @@ def _row(name: str, config, target, outcome) -> dict:
         est = estimate(stats, target)
         budget = float(config.train.steps) * stats.tokens
         row.update({"HBM / device": gib(stats.total_bytes), "compile s": f"{stats.compile_s:.0f}",
-                    "est. step": f"{est.step_s * 1e3:,.0f} ms" if est else "",
+                    "est. step": _ms(est.step_s) if est else "",
                     "est. MFU": ("n/a" if est.mfu is None else f"{100 * est.mfu:.1f} %") if est else "",
                     "est. tokens/s": f"{est.tokens_per_s:,.0f}" if est else "",
                     "est. time for budget": f"{duration(budget / est.tokens_per_s)} ({budget:.3g} tokens)"
                     if est and budget else ""})
     return row
+
+
+def _ms(seconds: float) -> str:
+    return f"{seconds * 1e3:,.0f} ms" if seconds >= 0.01 else f"{seconds * 1e3:.3g} ms"
 
 
 def render(grid: Grid, preset: str, rows: dict, gpu: bool = False) -> str:
@@ -116,7 +120,8 @@ def compile_grid(grid: Grid, target, mesh: dict, out_dir: Path, load_config: Cal
                 log(f"{name}: layers {layers}")
             shown = name if config.model.scan_layers else f"{name} (unrolled)"
             entry["rows"][name] = _row(shown, config, target, compile_with_fix(config, target, compiler(target)))
-        except (UserError, ValueError) as e:  # a run that cannot be built for this target: said in its row
+        except (UserError, ValueError, jax.errors.JaxRuntimeError) as e:  # a run the target cannot build (or
+            # its compiler refuses in a way that is not a size): said in its row, and the grid goes on
             entry["rows"][name] = {"run": name, "fits": f"not compiled: {str(e).splitlines()[0][:160]}"}
         log(f"{name}: " + ", ".join(f"{k} {v}" for k, v in entry["rows"][name].items() if k != "run" and v))
         write_json_atomic(data_path, rows)

@@ -77,7 +77,17 @@ def test_scaled_accumulation_follows_the_temporaries(tiny_config):
     assert fit.scaled_accumulation(config, {}, _stats(520, 500), target) == 8
     assert fit.scaled_accumulation(config, {"train.grad_accum": 8}, _stats(120, 100), target) == 16
     assert fit.scaled_accumulation(config, {"train.grad_accum": 64}, _stats(120, 100), target) is None
-    assert fit.scaled_accumulation(config, {}, fit.OutOfMemory(0.0, 0.0, "said nothing"), target) is None
+    assert fit.scaled_accumulation(config, {"train.grad_accum": 4}, fit.OutOfMemory(0.0, 0.0, "no bytes"), target) == 8
+    assert fit.scaled_accumulation(config, {"train.grad_accum": 64}, fit.OutOfMemory(0.0, 0.0, "no bytes"), target) is None
+
+
+def test_a_kernel_past_the_cards_launch_limit_is_a_step_too_large():
+    message = ("INTERNAL: RET_CHECK failure (external/xla/xla/backends/gpu/codegen/fusion_emitter.cc:121) ... Kernel "
+               "'input_transpose_fusion_8' launch needs more blocks (7679770624, 1) than allowed by hardware "
+               "(2147483647, 65535).")
+    oom = fit.parse_oom(message)
+    assert oom is not None and oom.needed == 0 and oom.message.startswith("Kernel 'input_transpose_fusion_8'")
+    assert fit.parse_oom("INTERNAL: something else") is None
 
 
 @needs_plugin
