@@ -5,13 +5,14 @@ A TPU compile that needs more HBM than the chip has fails in the compiler (RESOU
 :func:`compile_or_oom` turns that into an :class:`OutOfMemory` with the bytes asked for and
 available. :func:`cheapest_fix` then compiles candidate changes, cheapest first (the loss a chunk
 of positions at a time, rematerialise matmul outputs only, rematerialise everything, shard
-parameters over every device, halve the micro-batch with gradient accumulation), then the
-accumulation the last compile's temporaries say would fit (a one-card GPU target needs far more than
-8), and names the first one that compiles and fits.
+parameters over every device, halve the micro-batch with gradient accumulation), then the smallest
+accumulation dividing the batch at which the last compile's temporaries would fit (a one-card GPU
+target needs far more than 8), and names the first one that compiles and fits.
 """
 from __future__ import annotations
 
 import dataclasses
+import math
 import re
 from typing import Callable
 
@@ -122,7 +123,7 @@ def cheapest_fix(config, target: Target, compile_for: Callable, max_tries: int =
         applied, flags, last = trial, [f for f in flags if kind not in f] + [flag], result
         if fits(result, target):
             return " ".join(flags), result
-    for _ in range(6):  # then the accumulation the last compile's temporaries say would fit, doubled until it does
+    for _ in range(6):  # then the accumulation the last compile's temporaries say would fit, until one does
         accum = scaled_accumulation(config, applied, last, target)
         if accum is None:
             break
@@ -139,25 +140,24 @@ def cheapest_fix(config, target: Target, compile_for: Callable, max_tries: int =
 
 
 def scaled_accumulation(config, applied: dict, last, target: Target) -> int | None:
-    """The gradient accumulation (a power of two times the current one, dividing the batch) at which
-    the last compile's temporaries, which scale with the micro-batch, would fit beside what does not
-    scale (arguments, outputs, program); twice the current one after a refusal that gives no bytes;
-    None if no such accumulation is left to try."""
+    """The smallest gradient accumulation dividing the batch at which the last compile's temporaries,
+    which scale with the micro-batch, would fit beside what does not scale (arguments, outputs,
+    program); at least twice the current one after a refusal that gives no bytes; None if none is left
+    to try, or what does not scale alone fills the device."""
     if last is None or target.chip is None:
         return None
     accum = int(applied.get("train.grad_accum", config.train.grad_accum))
     batch = int(config.data.batch_size)
-    if isinstance(last, OutOfMemory):
-        if not last.needed:     # a refusal without byte counts: halve the micro-batch
-            return accum * 2 if accum * 2 <= batch and batch % (accum * 2) == 0 else None
-        fixed, temp = 0.0, last.needed  # the compiler's total only: assume all of it scales
+    if isinstance(last, OutOfMemory) and not last.needed:
+        want = accum * 2
     else:
-        fixed, temp = last.total_bytes - last.temp_bytes, last.temp_bytes
-    room = target.chip.hbm_bytes - fixed
-    k = 2
-    while accum * k < batch and (room <= 0 or temp / k > room):
-        k *= 2
-    return accum * k if batch % (accum * k) == 0 and accum * k <= batch else None
+        fixed, temp = ((0.0, last.needed) if isinstance(last, OutOfMemory)  # the total only: all of it scales
+                       else (last.total_bytes - last.temp_bytes, last.temp_bytes))
+        room = target.chip.hbm_bytes - fixed
+        if room <= 0:
+            return None
+        want = accum * math.ceil(temp / room)
+    return next((d for d in range(max(want, accum + 1), batch + 1) if batch % d == 0), None)
 
 
 @dataclasses.dataclass

@@ -56,9 +56,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                       help="only rebuild table.md, table.csv and curves.png from records")
     mode.add_argument("--compile-only", action="store_true",
                       help="train nothing: compile every training run for --topology and write "
-                           "results/<name>/<preset>_compile.md (docs/compile.md)")
+                           "results/<name>/<preset>_compile.md, or gpu_compile.md for a GPU (docs/compile.md)")
     parser.add_argument("--topology", default=None, help="with --compile-only: a TPU type (v5p-128, v5e-256 ...), "
-                        "cpu:N or local")
+                        "an NVIDIA card (h100, h200, a100, 8xh100), cpu:N or local")
     parser.add_argument("--slices", type=count, default=1, help="with --compile-only: TPU slices over DCN")
     parser.add_argument("--mesh", default=None, help="with --compile-only: AXIS=SIZE over data, fsdp, tensor "
                         "(default: data = slices, fsdp = the other devices)")

@@ -78,6 +78,11 @@ def test_scaled_accumulation_follows_the_temporaries(tiny_config):
     assert fit.scaled_accumulation(config, {"train.grad_accum": 8}, _stats(120, 100), target) == 16
     assert fit.scaled_accumulation(config, {"train.grad_accum": 64}, _stats(120, 100), target) is None
     assert fit.scaled_accumulation(config, {"train.grad_accum": 4}, fit.OutOfMemory(0.0, 0.0, "no bytes"), target) == 8
+    assert fit.scaled_accumulation(config, {}, _stats(110, 20), target) == 2
+    assert fit.scaled_accumulation(config, {}, _stats(120, 10), target) is None     # 110 that do not scale
+    # PLM's paper batch, 3662 = 2 x 1831: the accumulation must divide it, not be a power of two
+    plm = tiny_config(**{"data.batch_size": 3662})
+    assert fit.scaled_accumulation(plm, {"train.grad_accum": 2}, _stats(5020, 5000), target) == 1831
     assert fit.scaled_accumulation(config, {"train.grad_accum": 64}, fit.OutOfMemory(0.0, 0.0, "no bytes"), target) is None
 
 
