@@ -56,6 +56,9 @@ def _row(name: str, config, target, outcome) -> dict:
         row["fits"] = f"no: {gib(outcome.stats.total_bytes - target.chip.hbm_bytes)} over"
     if not outcome.fits:
         row["fits"] += f"; fits with {outcome.fix}" if outcome.fix else "; no candidate fix fits"
+        fixed = outcome.stats.total_bytes - outcome.stats.temp_bytes if outcome.stats else 0
+        if not outcome.fix and target.chip is not None and fixed > target.chip.hbm_bytes:
+            row["fits"] += f" (what no micro-batch changes, the state and program, is {gib(fixed)})"
     if stats is not None:
         est = estimate(stats, target)
         budget = float(config.train.steps) * stats.tokens

@@ -1,6 +1,7 @@
 """NVIDIA cards as compile targets without a GPU (edge_jax.compile.gpus): names, the card facts the
 CUDA plugin is given, a tiny train step compiled for an H100, the fit search's scaled accumulation,
 and keeping the plugin quiet in commands that compile for no GPU."""
+import dataclasses
 import os
 import subprocess
 import sys
@@ -105,3 +106,15 @@ def test_commands_that_compile_for_no_gpu_keep_the_plugin_quiet():
     assert quiet.stdout.strip() == loud.stdout.strip() == "cpu"
     assert quiet.stderr == "", quiet.stderr
     assert "cuda" in loud.stderr.lower()     # what the stand-in keeps out: the plugin looking for a driver
+
+
+def test_a_row_says_when_the_state_alone_fills_the_card(tiny_config):
+    from edge_jax.grid.compile_table import _row
+    gib = 2 ** 30
+    target = Target("card", ("one device",), Chip("card", 80.0 * gib, 1.0, 1.0, 1, 1, platform="gpu"))
+    stats = dataclasses.replace(_stats(int(500 * gib), int(410 * gib)), flops=1.0)
+    row = _row("big", tiny_config(), target, fit.Outcome(stats, None, False))
+    assert row["fits"] == "no: 420.00 GiB over; no candidate fix fits (what no micro-batch changes, the state and " \
+                          "program, is 90.00 GiB)"
+    small = _row("small", tiny_config(), target, fit.Outcome(_stats(int(100 * gib), int(30 * gib)), None, False))
+    assert small["fits"] == "no: 20.00 GiB over; no candidate fix fits"
