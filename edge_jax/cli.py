@@ -19,8 +19,7 @@ import traceback
 from typing import Callable
 
 from edge_jax import distributed
-from edge_jax.compile import gpus
-from edge_jax.compile.chips import prepare_for_argv, topology_of
+from edge_jax.compile.chips import prepare_for_argv
 from edge_jax.errors import EXIT_PREEMPTED, ConfigError, Preempted, UserError
 from edge_jax.utils.args import UsageError, at_least, count, output_dir, trained_workdir
 
@@ -190,9 +189,7 @@ def _add(sub, name: str, add_parser: Callable) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     program, argv = argv is None, sys.argv[1:] if argv is None else argv
-    prepare_for_argv(argv)  # before building the parser, which imports the plugins and may start JAX
-    if program:     # before anything imports JAX
-        gpus.hide_plugin_unless_needed(topology_of(argv))
+    prepare_for_argv(argv, program)  # before building the parser, which imports the plugins and may start JAX
     distributed.quiet_platforms()
     parser = build_parser()
     try:

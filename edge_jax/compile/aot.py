@@ -141,7 +141,7 @@ def for_target(target: Target, lower):
     backend."""
     @functools.wraps(lower)
     def call(*args, **kwargs):
-        with backend.targeting(target.chip.platform if target.chip is not None else None):
+        with backend.targeting(target.platform):
             return lower(*args, **kwargs)
 
     return call

@@ -49,12 +49,17 @@ SHAPES_3D = {4: "2x2x1", 8: "2x2x2", 16: "2x2x4", 32: "2x4x4", 64: "4x4x4", 128:
 
 @dataclasses.dataclass(frozen=True)
 class Target:
-    """What a step is compiled for: its devices (all slices), the chip (None: not a TPU, no
-    roofline), how many slices, and the name the table prints."""
+    """What a step is compiled for: its devices (all slices), the chip or card (None: CPU or local
+    devices, no roofline), how many slices, and the name the table prints."""
     name: str
     devices: tuple
     chip: Chip | None
     slices: int = 1
+
+    @property
+    def platform(self) -> str | None:
+        """The kernels' platform (``tpu``, ``gpu``); None for CPU and local devices."""
+        return self.chip.platform if self.chip is not None else None
 
 
 def cloud_names(gen: str) -> list[str]:
@@ -152,10 +157,16 @@ def make_target(name: str, slices: int = 1) -> Target:
     return gpu_target(name) if gpu else tpu_target(name, slices)
 
 
-def prepare_for_argv(argv: list[str]) -> None:
+def prepare_for_argv(argv: list[str], program: bool = False) -> None:
     """:func:`prepare_environment` for a command line's ``--topology`` (compile, grid --compile-only),
-    called by the entry points before anything starts a backend."""
-    prepare_environment(topology_of(argv))
+    called by the entry points before anything imports JAX; a ``program`` (not ``main(argv)`` called in
+    a process that may compile for a GPU later) also keeps the CUDA plugin out where it is not needed
+    (:func:`edge_jax.compile.gpus.hide_plugin_unless_needed`)."""
+    from edge_jax.compile import gpus
+    topology = topology_of(argv)
+    prepare_environment(topology)
+    if program:
+        gpus.hide_plugin_unless_needed(topology)
 
 
 def topology_of(argv: list[str]) -> str:

@@ -94,7 +94,7 @@ def report(config, target, decode: bool = False, fix: bool = True, layers: str =
         if out.fix_stats is not None:  # the step as it fits
             rows += [(f"with the fix: {k}", v) for k, v in describe(out.fix_stats, target, float(
                 config.train.steps) * out.fix_stats.tokens)[1:]]
-    gpu = target.chip is not None and target.chip.platform == "gpu"
+    gpu = target.platform == "gpu"
     note = ("\n" + NOTE if target.chip else "") + ("\n" + GPU_NOTE if gpu else "") + (
         "\n" + KERNELS_NOTE if target.chip and not gpu and config.model.kernels != "xla" else "")
     return table(rows) + note, out.fits

@@ -208,12 +208,9 @@ def _compile_only(grid, args, extra, load_config, log) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from edge_jax.compile import gpus
-    from edge_jax.compile.chips import prepare_for_argv, topology_of
+    from edge_jax.compile.chips import prepare_for_argv
     program, argv = argv is None, sys.argv[1:] if argv is None else argv
-    prepare_for_argv(argv)
-    if program:
-        gpus.hide_plugin_unless_needed(topology_of(argv))
+    prepare_for_argv(argv, program)
     parser = argparse.ArgumentParser(prog="edge-jax grid", description=__doc__.splitlines()[0])
     add_arguments(parser)
     try:

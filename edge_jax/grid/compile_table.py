@@ -103,7 +103,7 @@ def compile_grid(grid: Grid, target, mesh: dict, out_dir: Path, load_config: Cal
     from edge_jax.compile.command import SCAN_KEY, choose_layers, compiler
     from edge_jax.compile.fit import compile_with_fix
     out_dir.mkdir(parents=True, exist_ok=True)
-    gpu = target.chip is not None and target.chip.platform == "gpu"   # one file for every preset on a card
+    gpu = target.platform == "gpu"   # one file for every preset on a card
     data_path = out_dir / ("gpu_compile.json" if gpu else f"{grid.preset}_compile.json")
     table_path = data_path.with_suffix(".md")
     rows = json.loads(data_path.read_text()) if data_path.exists() else {}
