@@ -3,7 +3,9 @@
     edge-jax summary [--ablations ablations] [--results results] [--preset tiny]
 
 Per grid: cells, the fewest seeds a cell has, the commits its records name, the paper's ordered pairs
-that agree, disagree or are within noise (:mod:`edge_jax.grid.verdicts`), Kendall's tau, and every
+that agree, disagree or are within noise (:mod:`edge_jax.grid.verdicts`), the median over pairs of the
+smallest difference the seeds could detect and the seeds each within-noise pair would need
+(:mod:`edge_jax.grid.power`), Kendall's tau, and every
 ordering the paper claims that our seeds significantly contradict (a ``disagree`` verdict), written as
 the paper's claim, ``paper says a > b`` (ours: b above a), with the reason written in the ablation file
 (``explanations``). The README's summary table is this command's output.
@@ -11,7 +13,9 @@ the paper's claim, ``paper says a > b`` (ours: b above a), with the reason writt
 from __future__ import annotations
 
 import argparse
+import collections
 import dataclasses
+import statistics
 from pathlib import Path
 
 from edge_jax.grid import runner, spec, tables, verdicts
@@ -46,21 +50,39 @@ def summarize(ablations: str | Path, results: str | Path, preset: str = "tiny") 
 
 
 def markdown(rows: list[Row]) -> str:
-    lines = [f"| grid | cells | seeds | commit | agree | disagree | within noise | Kendall τ "
-             f"| paper's orderings our seeds contradict (α = {verdicts.ALPHA:g}) |",
-             "|---|---:|---:|---|---:|---:|---:|---:|---|"]
+    lines = [f"| grid | cells | seeds | commit | agree | disagree | within noise | min. detectable Δ "
+             f"| seeds the within-noise pairs need | Kendall τ | paper's orderings our seeds contradict "
+             f"(α = {verdicts.ALPHA:g}) |",
+             "|---|---:|---:|---|---:|---:|---:|---:|---|---:|---|"]
     for row in rows:
         t = row.table
         if t is None:
-            lines.append(f"| {row.grid} | | | | | | | | {_cell(row.problem)} |")
+            lines.append(f"| {row.grid} | | | | | | | | | | {_cell(row.problem)} |")
             continue
         counts = verdicts.counts(t.pairs)
         seeds = min((r.stats[t.grid.metric].n for r in t.rows), default=0)
         tau = "—" if t.agreement.tau is None else f"{t.agreement.tau:.2f}"
         lines.append(f"| [{row.grid}]({row.out}/table.md) | {len(t.rows)} | {seeds} | "
                      f"{tables.commits(t.records)} | {counts['agree']} | {counts['disagree']} | "
-                     f"{counts['within noise']} | {tau} | {_cell(_last_column(t, counts))} |")
+                     f"{counts['within noise']} | {_detectable(t.pairs)} | {_needs(t.pairs)} | {tau} | "
+                     f"{_cell(_last_column(t, counts))} |")
     return "\n".join(lines) + "\n"
+
+
+def _detectable(pairs: list[verdicts.Pair]) -> str:
+    """The median over pairs of the smallest true difference each finds with 80 % power, in the metric's units."""
+    values = sorted(p.test.min_detectable for p in pairs if p.test.min_detectable is not None)
+    return tables.format_number(statistics.median(values)) if values else "—"
+
+
+def _needs(pairs: list[verdicts.Pair]) -> str:
+    """The seeds each within-noise pair's observed difference needs, ascending: ``5, 8, 31, > 1000, never × 2``."""
+    texts = [p.test.needs_text for p in pairs if p.test.verdict == "within noise"]
+    if not texts:
+        return "—"
+    counted = collections.Counter(texts)
+    order = sorted(counted, key=lambda x: (not x.isdigit(), int(x) if x.isdigit() else 0, x))
+    return ", ".join(x if counted[x] == 1 else f"{x} × {counted[x]}" for x in order)
 
 
 def _last_column(t: tables.Table, counts: dict[str, int]) -> str:

@@ -16,7 +16,7 @@ import io
 import math
 from pathlib import Path
 
-from edge_jax.grid import verdicts
+from edge_jax.grid import power, verdicts
 from edge_jax.grid.spec import Grid
 from edge_jax.utils.atomic import write_text_atomic
 
@@ -254,8 +254,11 @@ def _summary(t: Table) -> str:
 def claims_lines(pairs: list[verdicts.Pair], metric: str) -> list[str]:
     """The per-pair section: Δ > 0 means the paper's better cell is better in our ``metric``."""
     lines = [f"Paper's claims, tested on per-seed paired differences Δ of `{metric}` (Δ > 0: ours "
-             f"agrees; {100 * (1 - verdicts.ALPHA):g}% t interval):", "",
-             "| paper says | n | mean Δ | interval | p | verdict |", "|---|---:|---:|---:|---:|---|"]
+             f"agrees; {100 * (1 - verdicts.ALPHA):g}% t interval; min. detectable: the smallest true |Δ| found "
+             f"with {100 * power.POWER:g}% power at these seeds, from the observed spread of Δ; seeds needed: "
+             "for a pair within noise, the seeds at which its mean Δ would be found so):", "",
+             "| paper says | n | mean Δ | interval | p | verdict | min. detectable | seeds needed |",
+             "|---|---:|---:|---:|---:|---|---:|---:|"]
     for pair in pairs:
         test = pair.test
         ci = "—" if test.ci is None else f"[{format_number(test.ci[0])}, {format_number(test.ci[1])}]"
@@ -264,19 +267,21 @@ def claims_lines(pairs: list[verdicts.Pair], metric: str) -> list[str]:
         if verdict == "disagree":
             verdict += f": {pair.reason.replace('|', '/')}" if pair.reason else " (no reason written)"
         lines.append(f"| {pair.better} > {pair.worse} | {test.n} | {format_number(test.mean)} | {ci} | {p} "
-                     f"| {verdict} |")
+                     f"| {verdict} | {format_number(test.min_detectable)} | {test.needs_text} |")
     return lines
 
 
 def pairs_csv(t: Table) -> str:
     buf = io.StringIO()
     w = csv.writer(buf, lineterminator="\n")
-    w.writerow(["better", "worse", "n", "mean_diff", "ci_low", "ci_high", "p", "verdict", "reason"])
+    w.writerow(["better", "worse", "n", "mean_diff", "ci_low", "ci_high", "p", "verdict", "reason", "sd_diff",
+                "min_detectable", "seeds_needed"])
     for pair in t.pairs:
         test = pair.test
         ci = test.ci or (None, None)
         w.writerow([pair.better, pair.worse, test.n, _raw(test.mean), _raw(ci[0]), _raw(ci[1]), _raw(test.p),
-                    test.verdict, pair.reason])
+                    test.verdict, pair.reason, _raw(test.sd), _raw(test.min_detectable),
+                    "" if test.verdict != "within noise" else test.needs_text])
     return buf.getvalue()
 
 

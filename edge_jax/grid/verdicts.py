@@ -11,6 +11,11 @@ ours agrees on seed ``s``. A two-sided paired t-test at :data:`ALPHA` on the ``d
   or more can be; a tie is within noise);
 - ``n/a``: fewer than two seeds have both cells.
 
+Each test also says what it could have seen (:mod:`edge_jax.grid.power`): ``min_detectable``, the
+smallest true mean difference found with 80 % power at these seeds given the observed spread of the
+differences, and, for a pair within noise, ``seeds_needed``, the seeds at which the observed mean
+difference would be found with 80 % power (None: no difference, or more than ``power.MAX_SEEDS``).
+
 Identical differences on every seed (no spread) are significant when they are not zero: the seed
 then does not change the outcome (a deterministic simulation, say). Seeds where either value is
 missing or NaN are left out of that pair. No correction for the number of pairs is made.
@@ -20,6 +25,8 @@ from __future__ import annotations
 import dataclasses
 import math
 from typing import Sequence
+
+from edge_jax.grid import power
 
 ALPHA = 0.05
 VERDICTS = ("agree", "disagree", "within noise", "n/a")
@@ -32,6 +39,19 @@ class PairTest:
     ci: tuple[float, float] | None   # (1 - ALPHA) t interval of the mean
     p: float | None          # two-sided paired t-test
     verdict: str
+    sd: float | None = None             # standard deviation of the paired differences
+    min_detectable: float | None = None  # smallest true mean difference found with 80 % power at n seeds
+    seeds_needed: int | None = None     # within noise: seeds the observed mean would need for 80 % power
+
+    @property
+    def needs_text(self) -> str:
+        """``seeds_needed`` for a table: a number, ``> 1000``, ``never`` (mean Δ 0: no number of seeds) or ``—``
+        (not within noise)."""
+        if self.verdict != "within noise":
+            return "—"
+        if self.seeds_needed is not None:
+            return str(self.seeds_needed)
+        return "never" if not self.mean else f"> {power.MAX_SEEDS}"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -68,7 +88,8 @@ def paired_t(diffs: Sequence[float], alpha: float = ALPHA) -> PairTest:
         verdict = "agree" if mean > 0 else "disagree"
     else:
         verdict = "within noise"
-    return PairTest(n, mean, ci, p, verdict)
+    needed = power.seeds_needed(mean, sd, alpha) if verdict == "within noise" else None
+    return PairTest(n, mean, ci, p, verdict, sd, power.min_detectable(sd, n, alpha), needed)
 
 
 def claimed_pairs(paper_ranks: dict[str, int], cells: Sequence[str]) -> list[tuple[str, str]]:

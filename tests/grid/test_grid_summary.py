@@ -1,8 +1,11 @@
 """`edge-jax summary`: a row per ablation grid from its records."""
 import json
+import statistics
 import textwrap
 
 from edge_jax.cli import main
+from edge_jax.grid import power
+from edge_jax.grid.tables import format_number
 
 GRID = '''
 def get_grid(preset):
@@ -41,16 +44,36 @@ def test_summary_counts_verdicts_and_prints_reasons(tmp_path, capsys):
     write_records(results / "toy_c", {("a", 0): 1.0, ("b", 0): 2.0, ("c", 0): 3.0})
     assert main(["summary", "--ablations", str(ablations), "--results", str(results)]) == 0
     out = capsys.readouterr().out.splitlines()
-    assert out[0] == ("| grid | cells | seeds | commit | agree | disagree | within noise | Kendall τ "
-                      "| paper's orderings our seeds contradict (α = 0.05) |")
+    assert out[0] == ("| grid | cells | seeds | commit | agree | disagree | within noise | min. detectable Δ "
+                      "| seeds the within-noise pairs need | Kendall τ | paper's orderings our seeds contradict "
+                      "(α = 0.05) |")
     row_a = next(line for line in out if line.startswith("| [toy_a]"))
     cells = [c.strip() for c in row_a.split("|")[1:-1]]
     assert cells[1:7] == ["3", "3", f"`{SHA[:12]}`", "2", "1", "0"]
     assert cells[0] == f"[toy_a]({(results / 'toy_a').as_posix()}/table.md)"
-    assert cells[8] == "paper says b > c: c saw more data"  # the paper's claim; our seeds put c above b
+    # the median pair's minimum detectable difference (the MDD grows with the spread: the median spread's);
+    # no pair is within noise, so none needs more seeds
+    spreads = sorted(statistics.stdev(d) for d in ([1.1, 0.94, 1.0], [0.5, 0.51, 0.52], [0.6, 0.43, 0.48]))
+    assert cells[7] == format_number(power.min_detectable(spreads[1], 3, 0.05)) and cells[8] == "—"
+    assert cells[10] == "paper says b > c: c saw more data"  # the paper's claim; our seeds put c above b
     row_c = [c.strip() for c in next(line for line in out if line.startswith("| [toy_c]")).split("|")[1:-1]]
-    assert row_c[4:9] == ["0", "0", "0", "1.00", "none; 3 pair(s) n/a (fewer than 2 paired seeds)"]
-    assert "| toy_b | | | | | | | | no records yet |" in out
+    assert row_c[4:11] == ["0", "0", "0", "—", "—", "1.00", "none; 3 pair(s) n/a (fewer than 2 paired seeds)"]
+    assert "| toy_b | | | | | | | | | | no records yet |" in out
+
+
+def test_summary_lists_the_seeds_each_within_noise_pair_needs(tmp_path, capsys):
+    """a vs b: mean 0.1, spread 0.1 (10 seeds at 80 % power); b vs c: no difference; a vs c: mean 0.1 spread 0.1."""
+    ablations, results = tmp_path / "ablations", tmp_path / "results"
+    ablations.mkdir()
+    (ablations / "toy.py").write_text(textwrap.dedent(GRID.format(name="toy")))
+    write_records(results / "toy", {("a", s): 1.0 + (0.1, -0.2, 0.1)[s] for s in range(3)}
+                  | {("b", s): 1.1 + (0.0, -0.1, 0.1)[s] for s in range(3)}
+                  | {("c", s): 1.1 + (0.0, -0.1, 0.1)[s] for s in range(3)})
+    assert main(["summary", "--ablations", str(ablations), "--results", str(results)]) == 0
+    row = next(line for line in capsys.readouterr().out.splitlines() if line.startswith("| [toy]"))
+    cells = [c.strip() for c in row.split("|")[1:-1]]
+    assert cells[4:7] == ["0", "0", "3"]
+    assert cells[8] == f"{power.seeds_needed(0.1, 0.1, 0.05)} × 2, never" == "10 × 2, never"
 
 
 def test_summary_lists_pairs_that_share_a_reason_once(tmp_path, capsys):
