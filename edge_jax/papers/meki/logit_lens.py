@@ -8,11 +8,13 @@ stream after the whole block ``l``, memory branches included (a MeKi layer's ret
 FFN site inside the block), so the early exit sees what MeKi contributes up to that layer.
 
     edge-jax analyze logit-lens --workdir W_base --workdir W_meki --label base --label meki --out DIR
+    edge-jax analyze logit-lens --runs results/meki_main --seeds 3 --compare meki:baseline --out DIR
+
+Over seeds (runs grouped by cell and seed, mean ± std per layer, a paired t-test per layer for each
+``--compare better:worse``): :mod:`edge_jax.papers.meki.logit_lens_seeds`.
 """
 from __future__ import annotations
 
-import csv
-import io
 import math
 import os
 
@@ -23,8 +25,16 @@ import numpy as np
 
 from edge_jax.layers.norms import rms_normalize
 from edge_jax.models.head import vocab_logits
-from edge_jax.utils.atomic import save_figure_atomic, write_text_atomic
-from edge_jax.utils.workdirs import workdir_labels
+from edge_jax.papers.meki.logit_lens_seeds import (
+    DIRECTIONS,
+    Run,
+    by_cell,
+    check_compare,
+    compare_all,
+    layer_stats,
+    write_tables,
+)
+from edge_jax.utils.atomic import save_figure_atomic
 
 
 def early_exit_logits(cfg, params, h_BTD, w_DV):
@@ -98,73 +108,47 @@ def logit_lens_workdir(workdir: str, num_tokens: int = 10_000) -> dict:
             "kl": (sums / max(count, 1.0)).tolist(), "kl_reverse": (reverse / max(count, 1.0)).tolist()}
 
 
-def _rows(labels: list[str], results: list[dict], key: str = "kl") -> list[list]:
-    n = max(len(r[key]) for r in results)
-    rows = [[i] + [r[key][i] if i < len(r[key]) else None for r in results] for i in range(n)]
-    return rows + [["mean"] + [float(np.mean(r[key])) for r in results]]
-
-
-def _fmt(v) -> str:
-    return "" if v is None else f"{v:.4g}"
-
-
-def write_markdown(labels, results, path) -> None:
-    lines = ["# LogitLens: KL between each layer's early exit and the final output", "",
-             "Each layer's output through the final norm + LM head (MeKi §5.5, Fig. 7); nats, mean over "
-             "validation tokens, in both directions (the paper does not say which). Layer i is the residual "
-             "stream after `layers_i`, memory branches included; the last layer is the model output (KL 0); "
-             "`mean` is over layers.", ""]
-    lines += [f"- **{lab}**: `{r['workdir']}`, step {r['step']}, {r['tokens']} tokens" for lab, r in zip(labels, results)]
-    for key, title in (("kl", "KL(early exit || final output)"), ("kl_reverse", "KL(final output || early exit)")):
-        lines += ["", f"{title}:", "", "| layer | " + " | ".join(labels) + " |", "|---:|" + "---:|" * len(labels)]
-        lines += ["| " + " | ".join([str(row[0])] + [_fmt(v) for v in row[1:]]) + " |"
-                  for row in _rows(labels, results, key)]
-    write_text_atomic(path, "\n".join(lines) + "\n")
-
-
-def write_csv(labels, results, path) -> None:
-    buf = io.StringIO()
-    w = csv.writer(buf, lineterminator="\n")
-    w.writerow(["layer"] + labels + [f"{lab} (reverse)" for lab in labels])
-    for row, rev in zip(_rows(labels, results), _rows(labels, results, "kl_reverse")):
-        w.writerow([row[0]] + ["" if v is None else repr(float(v)) for v in row[1:] + rev[1:]])
-    write_text_atomic(path, buf.getvalue())
-
-
-def write_plot(labels, results, path) -> None:
-    """KL vs layer on a log axis; points at or below 1e-9 (the last layer's exact 0) are not drawn."""
+def write_plot(runs, results, path) -> None:
+    """KL vs layer on a log axis, both directions, per cell the mean over seeds with ± std bars; points
+    at or below 1e-9 (the last layer's exact 0) are not drawn."""
     from matplotlib.figure import Figure  # no pyplot: no global state, no GUI backend
     from matplotlib.ticker import MaxNLocator
-    fig = Figure(figsize=(7, 4.5), dpi=120, layout="constrained")
-    ax = fig.add_subplot()
-    for lab, r in zip(labels, results):
-        kl = np.asarray(r["kl"], np.float64)
-        ax.plot(np.arange(len(kl)), np.where(kl > 1e-9, kl, np.nan), marker="o", markersize=3, label=lab)
-    ax.set_yscale("log")
-    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
-    ax.set_xlabel("layer")
-    ax.set_ylabel("KL(early exit || final), nats")
-    ax.set_title("LogitLens: layer-wise KL divergence (last layer = final output, KL 0, not drawn)",
-                 fontsize="medium")
-    ax.legend(fontsize="small")
-    ax.grid(True, which="both", alpha=0.3)
+    cells = by_cell(runs, results)
+    fig = Figure(figsize=(11, 4.5), dpi=120, layout="constrained")
+    axes = fig.subplots(1, len(DIRECTIONS), sharey=True)
+    for ax, (key, title, _) in zip(axes, DIRECTIONS):
+        for cell, seeds in cells.items():
+            stats = layer_stats(seeds, key)[:-1]
+            mean = np.array([s.mean for s in stats], np.float64)
+            std = np.array([s.std or 0.0 for s in stats], np.float64)
+            shown = mean > 1e-9
+            ax.errorbar(np.arange(len(mean))[shown], mean[shown], yerr=std[shown], marker="o", markersize=3,
+                        capsize=3, label=f"{cell} ({len(seeds)} seed{'s' * (len(seeds) != 1)})")
+        ax.set_yscale("log")
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+        ax.set_xlabel("layer")
+        ax.set_title(title + ", nats", fontsize="medium")
+        ax.grid(True, which="both", alpha=0.3)
+    axes[0].set_ylabel("KL, mean ± std over seeds")
+    axes[0].legend(fontsize="small")
+    fig.suptitle("LogitLens: layer-wise KL (last layer = final output, KL 0, not drawn)", fontsize="medium")
     save_figure_atomic(fig, path)
 
 
-def run_logit_lens(workdirs: list[str], out: str, labels: list[str] | None = None,
+def run_logit_lens(runs: list[Run], out: str, compare: list[tuple[str, str]] = (),
                    num_tokens: int = 10_000) -> dict:
-    """Analyse every workdir and write ``out/logit_lens.{md,csv,png}``; returns labels, results, paths."""
-    if not workdirs or num_tokens <= 0:
-        raise ValueError(f"logit-lens needs at least one workdir and num_tokens > 0, got {num_tokens}")
-    if labels and len(labels) != len(workdirs):
-        raise ValueError(f"{len(labels)} --label for {len(workdirs)} --workdir; give one label per workdir or none")
-    labels = list(labels) if labels else workdir_labels(workdirs)
-    if len(set(labels)) != len(labels):
-        raise ValueError(f"labels must be distinct, got {labels}")
-    results = [logit_lens_workdir(w, num_tokens) for w in workdirs]
-    paths = {k: os.path.join(out, f"logit_lens.{k}") for k in ("md", "csv", "png")}
+    """Analyse every run (:func:`~edge_jax.papers.meki.logit_lens_seeds.group_workdirs` or
+    :func:`~edge_jax.papers.meki.logit_lens_seeds.find_runs`) and write ``out/logit_lens.{md,csv,png}``,
+    with ``compare`` (``(better, worse)`` cells) also the paired tests and ``logit_lens_pairs.csv``;
+    returns the runs, results, comparisons and paths."""
+    if not runs or num_tokens <= 0:
+        raise ValueError(f"logit-lens needs at least one run and num_tokens > 0, got {num_tokens}")
+    check_compare(list(compare), list(dict.fromkeys(r.cell for r in runs)))  # before the long part
+    results = [logit_lens_workdir(r.workdir, num_tokens) for r in runs]
+    comparisons = compare_all(runs, results, list(compare))
+    paths = {}
     if jax.process_index() == 0:  # every process computes the same numbers; one writes them
-        write_markdown(labels, results, paths["md"])
-        write_csv(labels, results, paths["csv"])
-        write_plot(labels, results, paths["png"])
-    return {"labels": labels, "results": results, "paths": paths}
+        paths = write_tables(runs, results, comparisons, out)
+        paths["png"] = os.path.join(out, "logit_lens.png")
+        write_plot(runs, results, paths["png"])
+    return {"runs": runs, "results": results, "comparisons": comparisons, "paths": paths}

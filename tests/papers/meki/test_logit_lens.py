@@ -1,5 +1,7 @@
 import csv
+import json
 import os
+import shutil
 
 import flax.linen as nn
 import jax
@@ -91,19 +93,51 @@ def test_cli_logit_lens_end_to_end(tiny_config, tmp_path, capsys):
     train_and_evaluate(tiny_config(**short), base)
     train_and_evaluate(tiny_config(**short, **{"model.n_layers": 3}), deep)  # layer counts may differ
     out = tmp_path / "lens"
-    assert main(["analyze", "logit-lens", "--workdir", base, "--workdir", deep, "--label", "base",
-                 "--label", "deep", "--tokens", "300", "--out", str(out)]) == 0
-    assert "tokens=300" in capsys.readouterr().out
+    assert main(["analyze", "logit-lens", "--workdir", base, deep, "--label", "base", "--label", "deep",
+                 "--tokens", "300", "--out", str(out)]) == 0
+    assert "base seed 0: step=2 tokens=300" in capsys.readouterr().out
     for name in ("logit_lens.md", "logit_lens.csv", "logit_lens.png"):
         assert (out / name).stat().st_size > 0
-    rows = list(csv.reader(open(out / "logit_lens.csv")))
-    assert rows[0] == ["layer", "base", "deep", "base (reverse)", "deep (reverse)"]
-    assert [r[0] for r in rows[1:]] == ["0", "1", "2", "mean"]
-    assert rows[3][1] == "" and abs(float(rows[2][1])) < 1e-5 and abs(float(rows[3][2])) < 1e-5
+    assert not (out / "logit_lens_pairs.csv").exists(), "no --compare, no pairs"
+    rows = list(csv.DictReader(open(out / "logit_lens.csv")))
+    assert [(r["cell"], r["direction"], r["layer"]) for r in rows[:3]] == [
+        ("base", "early||final", "0"), ("base", "early||final", "1"), ("base", "early||final", "mean")]
+    assert [r["layer"] for r in rows if r["cell"] == "deep"] == ["0", "1", "2", "mean"] * 2
+    kl = {(r["cell"], r["direction"], r["layer"]): float(r["mean"]) for r in rows}
+    assert abs(kl["base", "early||final", "1"]) < 1e-5 and abs(kl["deep", "final||early", "2"]) < 1e-5
+    assert all(r["n_seeds"] == "1" and r["std"] == "" for r in rows)
     md = (out / "logit_lens.md").read_text()
     table = [line for line in md.splitlines() if line.startswith("| ") and not line.startswith("| layer")]
     assert len(table) == 2 * (3 + 1)  # per direction: one row per layer (the deeper model's 3) plus the mean
-    assert not any(f.startswith(".") for f in os.listdir(out)), "no temporary files left behind"
+    assert table[2].startswith("| 2 |  | ")  # the 2-layer base has no layer 2
+
+    # the same two runs as seeds 0 and 1 of two cells in a grid's layout (a copy's config says its seed)
+    grid = tmp_path / "grid"
+    for cell, workdir in (("base", base), ("deep", deep)):
+        for seed in (0, 1):
+            copy = grid / "runs" / cell / f"seed{seed}"
+            shutil.copytree(workdir, copy)
+            config = json.loads((copy / "config.json").read_text())
+            (copy / "config.json").write_text(json.dumps({**config, "seed": seed}))
+    seeds_out = tmp_path / "lens_seeds"
+    assert main(["analyze", "logit-lens", "--runs", str(grid), "--compare", "base:deep", "--tokens", "300",
+                 "--out", str(seeds_out)]) == 0
+    printed = capsys.readouterr().out
+    assert "deep seed 1: step=2 tokens=300" in printed
+    d0 = kl["deep", "early||final", "0"] - kl["base", "early||final", "0"]
+    verdict = "agree" if d0 > 0 else "disagree"  # identical seeds: no spread, any difference is significant
+    assert f"base < deep: early||final {int(verdict == 'agree')} agree, {int(verdict == 'disagree')} disagree, " \
+           "0 within noise; " in printed and "over layer 0, 2 seeds" in printed
+    pairs = list(csv.DictReader(open(seeds_out / "logit_lens_pairs.csv")))
+    assert [(p["direction"], p["layer"], p["n"]) for p in pairs] == [("early||final", "0", "2"),
+                                                                    ("final||early", "0", "2")]
+    assert float(pairs[0]["mean_diff"]) == pytest.approx(d0, rel=1e-5, abs=1e-7) and pairs[0]["verdict"] == verdict
+    rows = list(csv.DictReader(open(seeds_out / "logit_lens.csv")))
+    assert rows[0]["n_seeds"] == "2" and float(rows[0]["std"]) == 0.0
+    assert float(rows[0]["seed1"]) == pytest.approx(kl["base", "early||final", "0"], rel=1e-5)
+    assert "| layer | base (2 seeds) | deep (2 seeds) |" in (seeds_out / "logit_lens.md").read_text()
+    assert (seeds_out / "logit_lens.png").stat().st_size > 0
+    assert not any(f.startswith(".") for d in (out, seeds_out) for f in os.listdir(d)), "no temporary files left"
 
 
 def test_cli_logit_lens_errors_are_one_line(tmp_path, capsys):
@@ -114,6 +148,14 @@ def test_cli_logit_lens_errors_are_one_line(tmp_path, capsys):
     args = ["analyze", "logit-lens", "--workdir", str(tmp_path / "w"), "--out", str(tmp_path / "o")]
     assert main(args + ["--label", "a", "--label", "b"]) == 2
     assert "--label" in capsys.readouterr().err
+    assert main(args + ["--seeds", "3"]) == 2
+    assert "--cells and --seeds select runs under --runs" in capsys.readouterr().err
+    assert main(args + ["--compare", "meki"]) == 2
+    assert "BETTER:WORSE" in capsys.readouterr().err
+    assert main(["analyze", "logit-lens", "--runs", str(tmp_path / "none"), "--out", str(tmp_path / "o")]) == 2
+    assert "--runs" in capsys.readouterr().err
+    assert main(["analyze", "logit-lens", "--runs", str(tmp_path), "--out", str(tmp_path / "o")]) == 2
+    assert "no <cell>/seed<s> run directories" in capsys.readouterr().err
     assert main(args + ["--config.train.steps=3"]) == 2
     assert "do not apply" in capsys.readouterr().err
     # refused before the workdir is read: a missing one does not hide the misplaced override
