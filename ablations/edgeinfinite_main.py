@@ -4,9 +4,10 @@
 
 Cells are evaluation only, one per registered KV method in registration order (a new baseline is a
 new cell; :func:`edge_jax.infer.longctx.method_cells`); the base LM and the gate are the grid's stages
-(trained once and shared with edgeinfinite_tokens). The table ranks cells by exact match with the gold
-answer's NLL beside it; categories.md (post hook) has every category beside the LongBench category it
-stands in for.
+(trained once and shared with edgeinfinite_tokens). The table ranks cells by exact match at the paper's
+4-16x the base's window (longctx/overall) with the gold answer's NLL beside it, and the same at the near
+band, 1-2x (longctx/near/*); categories.md (post hook) has every category of both bands beside the
+LongBench category it stands in for, lengths.md every length.
 """
 from edge_jax.infer.longctx import method_cells
 from edge_jax.papers.edgeinfinite.grid import TABLE1, TABLE1_EXPLANATIONS, baseline_cell, edgeinfinite_cell, grid

@@ -4,6 +4,9 @@
 
 One trained gate per seed (the shared stage); the cells switch the tokens off at inference only
 (model.infini_keep_window / infini_keep_sink). "full" is the edgeinfinite cell of edgeinfinite_main.
+The tiny prompt lengths come in pairs (edge_jax/papers/edgeinfinite/layouts.py): at one of each pair
+dropping the window compresses one more segment with the sink, at the other without it, so every two
+cells keep different prompt tokens at one length or more of each pair; the sink pairs at every length.
 """
 from edge_jax.papers.edgeinfinite.grid import TABLE2, edgeinfinite_cell, grid
 

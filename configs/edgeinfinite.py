@@ -27,14 +27,19 @@ window. EdgeInfinite keeps 32 sink and 32 window tokens around 128-token segment
 200 / 2048, scaled), so the local cache never passes 192 tokens (every stage sets the harness's
 longctx.budget to that and StreamingLLM's longctx.sink to the same sink), and the gate trains on 800-token
 windows of whole longctx documents (5 segments each). The gate logits start at -2 (memory weight 0.12,
-so training starts close to the base; the paper does not say) and learn at 0.05. Paper: sink 300,
+so training starts close to the base; the paper does not say) and learn at 0.05. Cells evaluate one
+prompt per task at 2,079, 2,111, 4,127, 4,159, 8,223 and 8,255 tokens (4-16 x the window, the paper's band:
+longctx/overall) and at 543, 575, 1,055 and 1,087 (the near band, 1-2 x: longctx/near/*); at each pair of
+lengths one makes dropping the window change what is kept with the sink, the other without it
+(papers/edgeinfinite/layouts.py). Paper: sink 300,
 window 200, segment 2048, the gate trained at lr 0.005; BlueLM-3B's shape is not published, so the
 Qwen3-4B shape stands in.
 """
 from edge_jax.config import ConfigError, parse_arg
 from edge_jax.infer.kv_baselines import KV_METHODS
 from edge_jax.models.presets import sized_config
-from edge_jax.papers.edgeinfinite.config import GATE, window_lengths
+from edge_jax.papers.edgeinfinite.config import GATE
+from edge_jax.papers.edgeinfinite.layouts import table2_lengths
 
 GATE_LR = (".*memory_gate/g=10.0",)  # the gate logits learn at 10 x train.lr (0.05 at lr 0.005)
 
@@ -57,8 +62,10 @@ TINY = dict(
     # RoPE: the tiny preset's 500,000 leaves a 32-wide head two rotating pairs faster than 0.1 rad per token; 10,000
     # gives five, which local (previous-token) attention and so copying need
     model=dict(rope_theta=10_000.0),
-    # 4, 8 and 16 x the base's 512-token window, nudged so that dropping the window changes the layout
-    lengths=(2048, 4096, 8192), examples=2,
+    # the paper's band, 4, 8 and 16 x the base's 512-token window (longctx/overall), and a near band at 1 and 2 x
+    # (longctx/near/*), just past the window it retrieves in; each target becomes two lengths, one where dropping the
+    # window changes what is kept with the sink and one where it does so without (Table 2, layouts.py)
+    lengths=(2048, 4096, 8192), near_lengths=(512, 1024), examples=1,
 )
 PAPER = dict(
     base=dict(data=dict(seq_len=4096)),
@@ -100,7 +107,7 @@ def get_config(arg=None):
     else:  # a KV-cache baseline evaluates the base as it is
         c.train.steps = 0
     if a.size == "tiny":
-        m = c.model
-        c.longctx.update(lengths=window_lengths(preset["lengths"], m.infini_sink, m.infini_window, m.infini_segment),
-                         examples=preset["examples"])
+        sizes = (c.model.infini_sink, c.model.infini_window, c.model.infini_segment)
+        c.longctx.update(lengths=table2_lengths(preset["lengths"], *sizes),
+                         near_lengths=table2_lengths(preset["near_lengths"], *sizes), examples=preset["examples"])
     return c

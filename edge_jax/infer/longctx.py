@@ -15,6 +15,10 @@ Metrics (percent, like LongBench): ``longctx/overall`` (mean over tasks and leng
 ``longctx/<category>/len<L>``; ``longctx/peak_cache_tokens`` is the most tokens any layer cached.
 ``longctx/answer_nll`` (and per category) is the teacher-forced NLL of the gold answer, nats per
 token: a graded score that still separates methods when a tiny model's exact match is zero.
+``longctx.near_lengths`` (optional) is a second band scored apart: ``longctx/near/overall``,
+``longctx/near/<category>``, ``longctx/near/answer_nll`` (and per category) over its lengths alone,
+while ``longctx/overall`` and the rest stay over ``longctx.lengths``; the per-length metrics
+(``longctx/len<L>``, ``longctx/<category>/len<L>``) cover the lengths of both.
 
 The in-window check (:func:`evaluate_inwindow`, ``longctx.inwindow_examples`` > 0, run after a base
 LM trains): passkey and multikey prompts of ``longctx.inwindow_lengths`` (inside its training
@@ -87,37 +91,48 @@ def evaluate_longctx(model, params, tokenizer, config, log=print) -> dict:
         raise ConfigError(f"unknown longctx.tasks {unknown}; valid: {', '.join(TASKS)}")
     session = make_session(lc.method, model, params, config)
     hits: dict[tuple[str, int], list[bool]] = {}
-    nlls: dict[str, list[float]] = {}
+    nlls: dict[tuple[str, int], list[float]] = {}
     t0, peak = time.perf_counter(), 0
-    for length in lc.lengths:
+    lengths, near = [int(n) for n in lc.lengths], [int(n) for n in lc.near_lengths]
+    for length in near + lengths:
         for task in tasks:
-            for rec in eval_prompts(task, int(length), int(lc.examples), int(config.seed)):
+            for rec in eval_prompts(task, length, int(lc.examples), int(config.seed)):
                 ids = tokenizer.encode(rec["prompt"])
                 if len(ids) > lc.max_input:
                     raise ConfigError(f"a {task} prompt of {len(ids)} tokens exceeds longctx.max_input={lc.max_input}; "
                                       "raise the limit or shorten longctx.lengths")
                 gold = tokenizer.encode(rec["text"])[len(ids):]
                 got, nll = answer(session, ids, gold, tokenizer, lc.answer_tokens)
-                hits.setdefault((task, int(length)), []).append(got == rec["answer"].strip())
-                nlls.setdefault(task, []).append(nll)
+                hits.setdefault((task, length), []).append(got == rec["answer"].strip())
+                nlls.setdefault((task, length), []).append(nll)
                 peak = max(peak, _cached_tokens(session))
         log(f"longctx {lc.method} length {length}: " + ", ".join(
-            f"{t} {100 * np.mean(hits[(t, int(length))]):.0f}" for t in tasks))
+            f"{t} {100 * np.mean(hits[(t, length)]):.0f}" for t in tasks))
     out = {}
-    for task in tasks:
-        cat = CATEGORIES[task]
-        for length in lc.lengths:
-            out[f"longctx/{cat}/len{length}"] = 100.0 * float(np.mean(hits[(task, int(length))]))
-        out[f"longctx/{cat}"] = float(np.mean([out[f"longctx/{cat}/len{n}"] for n in lc.lengths]))
-        out[f"longctx/answer_nll/{cat}"] = float(np.mean(nlls[task]))
-    for length in lc.lengths:
+    for length in near + lengths:
+        for task in tasks:
+            out[f"longctx/{CATEGORIES[task]}/len{length}"] = 100.0 * float(np.mean(hits[(task, length)]))
         out[f"longctx/len{length}"] = float(np.mean([out[f"longctx/{CATEGORIES[t]}/len{length}"] for t in tasks]))
-    out["longctx/overall"] = float(np.mean([out[f"longctx/{CATEGORIES[t]}"] for t in tasks]))
-    out["longctx/answer_nll"] = float(np.mean([out[f"longctx/answer_nll/{CATEGORIES[t]}"] for t in tasks]))
+    out.update(_band("longctx/", lengths, tasks, out, nlls))
+    if near:
+        out.update(_band("longctx/near/", near, tasks, out, nlls))
     out["longctx/prompts"] = sum(len(v) for v in hits.values())
     out["longctx/peak_cache_tokens"] = peak
     out["longctx/seconds"] = time.perf_counter() - t0
     out.update(base_inwindow(config.init_from))
+    return out
+
+
+def _band(prefix: str, lengths: list[int], tasks, per_length: dict, nlls: dict) -> dict:
+    """One band's scores under ``prefix``: exact match per category (mean over the band's lengths) and
+    overall (mean over categories), the answer NLL per category (mean over its prompts) and overall."""
+    out = {}
+    for task in tasks:
+        cat = CATEGORIES[task]
+        out[f"{prefix}{cat}"] = float(np.mean([per_length[f"longctx/{cat}/len{n}"] for n in lengths]))
+        out[f"{prefix}answer_nll/{cat}"] = float(np.mean([v for n in lengths for v in nlls[(task, n)]]))
+    out[f"{prefix}overall"] = float(np.mean([out[f"{prefix}{CATEGORIES[t]}"] for t in tasks]))
+    out[f"{prefix}answer_nll"] = float(np.mean([out[f"{prefix}answer_nll/{CATEGORIES[t]}"] for t in tasks]))
     return out
 
 

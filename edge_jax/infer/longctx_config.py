@@ -1,7 +1,9 @@
 """The long-context harness's keys (config section ``longctx``, :mod:`edge_jax.infer.longctx`).
 
 Which method runs (``method``: "" is off, else a :data:`edge_jax.infer.kv_baselines.KV_METHODS`
-name), on which prompts (``tasks``, ``lengths``, ``examples``, ``max_input``), answered how
+name), on which prompts (``tasks``, ``lengths``, ``examples``, ``max_input``, and ``near_lengths``: an
+optional second band of lengths, e.g. near the base's training window, scored apart as
+``longctx/near/*`` so that ``longctx/overall`` stays the mean over ``lengths``), answered how
 (``answer_tokens``, ``prefill_chunk``), and each baseline's own keys: ``budget`` (KV slots per
 layer that StreamingLLM, SnapKV and PyramidKV keep; FullKV keeps all, and a method with its own
 cache sizes reads them from its own keys), ``sink`` (StreamingLLM's sink tokens), ``obs_window``,
@@ -25,6 +27,7 @@ INWINDOW_TASKS = ("passkey", "multikey")  # the in-window check: single-needle a
 class LongctxKeys:
     method: str = ""  # "" (off) or a KV_METHODS name
     lengths: tuple = (1024, 2048, 4096, 8192, 16384)
+    near_lengths: tuple = ()  # a second band, scored apart (longctx/near/*); (): none
     examples: int = 4
     tasks: tuple = ()  # (): all five categories
     budget: int = 0  # KV slots per layer of StreamingLLM, SnapKV, PyramidKV (required > 0 for them)
@@ -49,6 +52,10 @@ def _validate(c) -> None:
     if not lc.lengths or min(lc.lengths) < 256 or max(lc.lengths) > lc.max_input:
         raise ConfigError(f"longctx.lengths={tuple(lc.lengths)} must be non-empty, each in [256, "
                           f"longctx.max_input={lc.max_input}]; raise max_input or drop the longer lengths")
+    near = tuple(lc.near_lengths)
+    if near and (min(near) < 256 or max(near) > lc.max_input or set(near) & set(lc.lengths)):
+        raise ConfigError(f"longctx.near_lengths={near} must each lie in [256, longctx.max_input={lc.max_input}] "
+                          f"and not among longctx.lengths={tuple(lc.lengths)} (each length is scored once)")
     if lc.examples <= 0 or lc.answer_tokens <= 0 or lc.prefill_chunk <= 0:
         raise ConfigError("longctx.examples, longctx.answer_tokens and longctx.prefill_chunk must be positive")
 
@@ -66,6 +73,6 @@ def _validate_inwindow(c) -> None:
 
 
 SECTIONS.register("longctx", Section("longctx", LongctxKeys, _validate,
-                                     resumable=("longctx.method", "longctx.lengths", "longctx.examples",
-                                                "longctx.tasks", "longctx.inwindow_examples",
+                                     resumable=("longctx.method", "longctx.lengths", "longctx.near_lengths",
+                                                "longctx.examples", "longctx.tasks", "longctx.inwindow_examples",
                                                 "longctx.inwindow_lengths")))

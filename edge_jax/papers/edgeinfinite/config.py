@@ -24,22 +24,6 @@ def _validate(c) -> None:
                           "with EdgeInfinite's memory (model.infini_hidden > 0)")
 
 
-PROMPT_SLACK = 11  # eval_prompts' prompts are 0 .. this many characters shorter than asked (filler granularity)
-
-
-def window_lengths(targets, sink: int, window: int, segment: int) -> tuple:
-    """For each target, the shortest prompt length >= it at which EdgeInfinite's window matters: every
-    prompt of that length (down to PROMPT_SLACK shorter) compresses one more segment without the window
-    tokens (``infini_keep_window=false`` keeps 1 token after the segments) than with them, so Table 2's
-    no_window keeps less. With the window the last 129 .. window + segment - 1 tokens stay as KV cache;
-    the length is the top of that band, (L - sink - 1) % segment == window - 2, which keeps the most
-    tokens (window - PROMPT_SLACK - 2 .. window - 1) without it. Returns ``targets`` unchanged when the
-    window is shorter than the slack (no length works for every prompt)."""
-    if window - 2 < PROMPT_SLACK or segment <= 0:
-        return tuple(targets)
-    return tuple(t + (window - 2 - (t - sink - 1)) % segment for t in targets)
-
-
 GATE = ".*memory_gate.*"  # the memory-gating modules' param paths
 
 

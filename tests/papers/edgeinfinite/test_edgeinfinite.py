@@ -183,7 +183,8 @@ def test_input_past_the_hard_limit_is_refused():
     from edge_jax.data import get_tokenizer
     from edge_jax.infer.longctx import evaluate_longctx
     config = load_config("configs/edgeinfinite.py", {"init_from": "/base", "longctx.lengths": (1024,),
-                                                      "longctx.max_input": 1024, "longctx.examples": 1})
+                                                      "longctx.near_lengths": (), "longctx.max_input": 1024,
+                                                      "longctx.examples": 1})
     config.longctx.max_input = 900  # below the prompts (validation would refuse it up front)
     model = DecoderLM(dataclasses.replace(INFINI, vocab_size=320))
     with pytest.raises(ConfigError, match="exceeds longctx.max_input=900"):

@@ -1,6 +1,5 @@
-"""The tiny EdgeInfinite setting: prompt lengths at which the window matters (Table 2's no_window), the
-in-window check of the base LM and how its numbers reach every cell, the config keys, the grids."""
-import dataclasses
+"""The tiny EdgeInfinite setting: the in-window check of the base LM and how its numbers reach every
+cell, the config keys, the grids and their reports (the prompt lengths: test_layouts.py)."""
 import json
 
 import flax.linen as nn
@@ -9,76 +8,10 @@ import numpy as np
 import pytest
 
 from edge_jax.config import ConfigError, load_config
-from edge_jax.data.builders.longctx_tasks import TASKS, eval_prompts
-from edge_jax.layers.infini.compressive import segment_layout
 from edge_jax.models import DecoderLM, ModelConfig
-from edge_jax.papers.edgeinfinite.config import PROMPT_SLACK, window_lengths
 from edge_jax.papers.edgeinfinite.grid import stages
-from edge_jax.papers.edgeinfinite.inference import EdgeInfiniteSession
-from tests.helpers import perturbed
 
 GATE = {"init_from": "/base"}
-
-
-def _kept(n: int, sink: int, window: int, segment: int) -> tuple[int, int]:
-    """(compressed segments, tokens left as KV cache after the sink) of an n-token prompt."""
-    lay = segment_layout(n, sink, window, segment)
-    return (0, n - sink) if lay is None else (lay.n_segments, lay.remaining)
-
-
-def test_tiny_lengths_make_the_window_matter():
-    """At every tiny prompt length (each prompt of every task, several seeds), dropping the window
-    compresses one more segment and keeps fewer than `window` tokens; with the window the question
-    and the text before it stay in the KV cache. The former lengths (powers of two) never differed."""
-    c = load_config("configs/edgeinfinite.py", GATE)
-    m = c.model
-    S, W, seg = m.infini_sink, m.infini_window, m.infini_segment
-    base_window = load_config("configs/edgeinfinite.py:stage=base").data.seq_len
-    assert c.longctx.lengths == (2111, 4159, 8255)
-    assert 4 * base_window <= min(c.longctx.lengths) and max(c.longctx.lengths) <= 16 * base_window + seg
-    for length in c.longctx.lengths:
-        for task in TASKS:
-            for seed in range(3):
-                for r in eval_prompts(task, length, 3, seed):
-                    n = len(r["prompt"])  # byte tokens
-                    assert length - PROMPT_SLACK <= n <= length
-                    (segments, kept), (segments0, kept0) = _kept(n, S, W, seg), _kept(n, S, 0, seg)
-                    assert segments0 == segments + 1 and W + seg > kept > seg and 0 < kept0 < W
-                    assert kept > len(r["prompt"]) - r["prompt"].rindex("\n\nQuestion:")  # the question stays
-    for length in (1024, 2048, 4096, 8192, 16384):  # the former lengths: the same layout without the window
-        for task in TASKS:
-            for r in eval_prompts(task, length, 3, 0):
-                assert _kept(len(r["prompt"]), S, W, seg)[0] == _kept(len(r["prompt"]), S, 0, seg)[0]
-
-
-@pytest.mark.parametrize("sink,window,segment", [(32, 32, 128), (300, 200, 2048), (4, 16, 32)])
-def test_window_lengths(sink, window, segment):
-    for target in (700, 2048, 5000):
-        (length,) = window_lengths((target,), sink, window, segment)
-        assert target <= length < target + segment
-        for n in range(length - PROMPT_SLACK, length + 1):
-            assert _kept(n, sink, 0, segment)[0] == _kept(n, sink, window, segment)[0] + 1
-        assert _kept(length + 1, sink, 0, segment)[0] == _kept(length + 1, sink, window, segment)[0]  # the top
-    assert window_lengths((2048,), 4, 8, 16) == (2048,)  # a window below the slack: no length works for all
-
-
-def test_algorithm1_keeps_less_without_the_window_at_such_lengths():
-    """The same at Algorithm 1's level: prefill at a window-sensitive length compresses one more segment
-    without the window and keeps fewer tokens; at a length inside the band's complement nothing changes."""
-    cfg = ModelConfig(vocab_size=64, d_model=32, n_layers=1, n_heads=2, n_kv_heads=1, head_dim=16, d_ff=32,
-                      infini_hidden=4, infini_sink=4, infini_window=16, infini_segment=32)
-    params = perturbed(nn.unbox(DecoderLM(cfg).init(jax.random.key(0), np.zeros((1, 8), np.int32))["params"]), 1)
-    tokens = np.asarray(jax.random.randint(jax.random.key(1), (1, 200), 0, 64))
-    (length,) = window_lengths((150,), 4, 16, 32)
-    runs = {}
-    for keep in (True, False):
-        model = DecoderLM(dataclasses.replace(cfg, infini_keep_window=keep))
-        for n in (length, length + 2):
-            session = EdgeInfiniteSession(model, params)
-            session.prefill(tokens[:, :n])
-            runs[keep, n] = (session.compressed_segments, session.cache_tokens())
-    assert runs[False, length][0] == runs[True, length][0] + 1 and runs[False, length][1] < runs[True, length][1]
-    assert runs[False, length + 2] == runs[True, length + 2]
 
 
 def test_tiny_base_setting_and_inwindow_keys():
@@ -101,6 +34,23 @@ def test_tiny_base_setting_and_inwindow_keys():
     assert max(c.longctx.inwindow_lengths) + c.longctx.answer_tokens <= c.data.seq_len
     gate = load_config("configs/edgeinfinite.py", GATE)
     assert gate.data.longctx_length + 1 == gate.data.seq_len and gate.longctx.inwindow_examples == 0
+
+
+def test_the_gate_stage_is_the_cells_gate_with_its_first_prompt_keys():
+    """The gate stage trains what the EdgeInfinite cells evaluate; it evaluates nothing itself, and its
+    prompt keys stay those it was first trained with (be43506: 3 lengths x 2 prompts, no near band), so
+    the cells' prompts change without training the gates again."""
+    from edge_jax.config import flat_json
+    from edge_jax.grid.spec import load_grid
+    grid = load_grid("ablations/edgeinfinite_tokens.py", "tiny")
+    stage = grid.stages["gate"]
+    gate = flat_json(load_config(stage["base"], {**stage["overrides"], "init_from": "/base"}))
+    cell = flat_json(load_config(grid.base, {**grid.overrides("full", 0, {}), "init_from": "/base"}))
+    assert {k for k in gate if gate[k] != cell.get(k)} == {"train.steps", "longctx.method", "longctx.lengths",
+                                                            "longctx.near_lengths", "longctx.examples"}
+    assert gate["longctx.method"] == "" and gate["train.steps"] == 150 and cell["train.steps"] == 0
+    assert json.loads(json.dumps([gate[f"longctx.{k}"] for k in ("lengths", "near_lengths", "examples")])) == [
+        [2111, 4159, 8255], [], 2]
     with pytest.raises(ConfigError, match="inwindow_lenghts"):
         load_config("configs/edgeinfinite.py:stage=base", {"longctx.inwindow_lenghts": (400,)})
     for overrides, message in [({"longctx.inwindow_lengths": (510,)}, "must fit the training window"),
@@ -143,9 +93,10 @@ def test_grids_rank_by_exact_match_and_carry_the_check():
                         ("edgeinfinite_tokens", {"full", "no_window", "no_sink", "no_both"})):
         grid = load_grid(f"ablations/{name}.py", "tiny")
         assert grid.metric == "longctx/overall" and not grid.lower_is_better and set(grid.cells) == cells
-        assert {"longctx/answer_nll", "base/inwindow/single_needle", "base/inwindow/multi_key"} <= set(
-            grid.extra_metrics)
-        assert "2,111, 4,159 and 8,255" in grid.notes and "base/inwindow" in grid.notes
+        assert {"longctx/answer_nll", "longctx/near/overall", "longctx/near/answer_nll",
+                "base/inwindow/single_needle", "base/inwindow/multi_key"} <= set(grid.extra_metrics)
+        assert "(2,079, 2,111, 4,127, 4,159, 8,223 and 8,255 tokens" in grid.notes and "base/inwindow" in grid.notes
+        assert "(543, 575, 1,055 and 1,087 tokens)" in grid.notes
 
 
 def test_categories_report_states_the_base_check(tmp_path):
@@ -160,7 +111,32 @@ def test_categories_report_states_the_base_check(tmp_path):
     cat_path, len_path = write_categories(grid, records, tmp_path)
     text = cat_path.read_text()
     assert "training window (its stage's check, full attention): exact match single_needle 95.00, multi_key 85.00" in text
-    assert "| 2111 |" in len_path.read_text()
+    assert "| 2111 |" in len_path.read_text() and "near" not in text  # records without a near band: as before
+
+
+def test_categories_report_has_the_near_band(tmp_path):
+    """Records with a near band: categories.md gets a section for it (exact match by category, the
+    paper's pairs tested on its exact match and its answer NLL), lengths.md marks its lengths."""
+    from edge_jax.grid.spec import load_grid
+    from edge_jax.papers.edgeinfinite.grid import CATEGORIES
+    from edge_jax.papers.edgeinfinite.report import write_categories
+    grid = load_grid("ablations/edgeinfinite_tokens.py", "tiny")
+    near = {"full": 90.0, "no_window": 80.0, "no_sink": 70.0, "no_both": 60.0}  # the paper's order
+    records = [{"cell": cell, "seed": seed, "config": {"longctx": {"near_lengths": [543, 575]}}, "metrics": {
+        "longctx/overall": 0.0, "longctx/answer_nll": 2.0, "longctx/len2079": 0.0, "longctx/len543": near[cell],
+        "longctx/near/overall": near[cell] + seed * (i % 2), "longctx/near/answer_nll": 0.1 * i + 0.01 * seed,
+        **{f"longctx/near/{c}": near[cell] for c in CATEGORIES},
+        **{f"longctx/near/answer_nll/{c}": 0.5 for c in CATEGORIES}}}
+        for i, cell in enumerate(grid.cells) for seed in (0, 1, 2)]
+    cat_path, len_path = write_categories(grid, records, tmp_path)
+    text = cat_path.read_text()
+    assert "## The paper's band (`longctx/overall`" in text
+    near_part = text[text.index("## The near band (`longctx/near/overall`; 543, 575 tokens)"):]
+    assert "| full | 90.00 ± 0.00 (11.17) |" in near_part
+    assert "- overall: +1.00; ours best first: full, no_window, no_sink, no_both" in near_part
+    assert "On the near band's exact match, the paper's ordered pairs: 6 agree, 0 disagree, 0 within noise" in near_part
+    assert "On the near band's answer NLL, the paper's ordered pairs: 6 agree" in near_part
+    assert "| cell | 543 (near) | 2079 |" in len_path.read_text()
 
 
 def test_categories_report_tests_the_papers_pairs_on_answer_nll(tmp_path):
@@ -178,11 +154,16 @@ def test_categories_report_tests_the_papers_pairs_on_answer_nll(tmp_path):
     assert "| fullkv > snapkv | 3 | -1 |" in text and "disagree: FullKV attends to every prompt token" in text
 
 
+PROMPT_KEYS = ("longctx.lengths", "longctx.near_lengths", "longctx.examples")
+FORMER_PROMPTS = {"longctx.lengths": [2111, 4159, 8255], "longctx.near_lengths": [], "longctx.examples": 2}
+
+
 def test_committed_records_load_to_todays_cell_configs():
     """Every committed EdgeInfinite record, upgraded to today's keys, is the config its cell loads today
     (base + recorded overrides + seed): records from before the harness had longctx.sink and an explicit
     longctx.budget mean what they ran (StreamingLLM's sink = model.infini_sink; budget = sink + window +
-    segment), so nothing is rerun and no table changes."""
+    segment). Records from before the tiny prompt mix (3 lengths x 2 prompts, no near band) differ from
+    today's cells in those prompt keys alone, until the grids are run again."""
     import glob
     import pathlib
 
@@ -194,7 +175,11 @@ def test_committed_records_load_to_todays_cell_configs():
         rec = json.loads(pathlib.Path(path).read_text())
         config = load_config(rec["base"], {**rec["overrides"], "seed": rec["seed"]})
         have = json.loads(json.dumps({**flat_json(schema_defaults(config)), **flatten(upgrade_config(rec["config"]))}))
-        want = flat_json(config)
+        want = json.loads(json.dumps(flat_json(config)))
+        if have["longctx.lengths"] != want["longctx.lengths"]:
+            assert {k: have.pop(k) for k in PROMPT_KEYS} == FORMER_PROMPTS, path
+            for k in PROMPT_KEYS:
+                want.pop(k)
         assert have == want, path
 
 
