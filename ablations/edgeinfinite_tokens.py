@@ -18,4 +18,14 @@ def get_grid(preset: str) -> dict:
     return grid(preset, "edgeinfinite_tokens", "EdgeInfinite Table 2: sink and window tokens", cells, TABLE2,
                 "EdgeInfinite Table 2 (Avg)",
                 "Without window tokens only the newest token stays after a compression; without sink tokens "
-                "the first segment starts at token 0 and nothing precedes a segment.")
+                "the first segment starts at token 0 and nothing precedes a segment.",
+                explanations=EXPLANATIONS if preset == "tiny" else {})
+
+
+# Shown where the answer NLL (categories.md) reverses a pair significantly.
+EXPLANATIONS = {
+    "no_window>no_sink": "at the lengths 63 mod 128 (half the prompts) no_window keeps only the last 31 tokens after the "
+                         "sink, fewer than the question and its 'Answer:' (38-80 characters), so the question's start "
+                         "is read from the compressed memory; no_sink keeps the last 63-159 tokens, the whole "
+                         "question, and loses only the 32 sink tokens",
+}
