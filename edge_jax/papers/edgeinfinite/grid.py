@@ -108,8 +108,16 @@ FAR_POSITIONS = ("FullKV attends to every prompt token at its own position, up t
 PYRAMID_SPLIT = ("PyramidKV's budget falls with depth (374 slots in the first layer, fewer than SnapKV's 199 in the "
                  "last); with the prompt's positions out of the base's range that split scores better than "
                  "SnapKV's even one; not probed further")
+# Near band (1-2x the window, categories.md): FullKV's positions are barely out of the base's range there.
+NEAR_FULLKV = ("at 1-2x the window FullKV's positions are barely past the base's 512 and it reads the needle from its "
+               "cache (exact match 32%); EdgeInfinite holds all but its 191 cached tokens only in the compressed "
+               "memory, from which the tiny gate (150 steps) reads back almost no answer exactly")
+NEAR_STREAMING = ("at 1-2x the window StreamingLLM answers 7 of 60 prompts exactly, EdgeInfinite 2: both cache about "
+                  "190 tokens, StreamingLLM drops the rest, EdgeInfinite compresses it into the memory; not probed "
+                  "further")
 TABLE1_EXPLANATIONS = {"fullkv>snapkv": FAR_POSITIONS, "fullkv>pyramidkv": FAR_POSITIONS,
-                       "snapkv>pyramidkv": PYRAMID_SPLIT}
+                       "snapkv>pyramidkv": PYRAMID_SPLIT, "edgeinfinite>fullkv": NEAR_FULLKV,
+                       "edgeinfinite>streamingllm": NEAR_STREAMING}
 
 
 def grid(preset: str, name: str, title: str, cells: dict, table: dict, source: str, text: str,
