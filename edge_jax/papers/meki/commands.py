@@ -46,6 +46,7 @@ def _logit_lens(args, overrides) -> int:
     if args.runs is not None and args.label:
         raise ConfigError("--label applies to --workdir; under --runs each run's cell is its directory name")
     pairs = [parse_compare(c) for c in args.compare]
+    output_dir(args.out, "--out")
     if args.runs is not None:
         input_dir(args.runs, "--runs", fix="give the output directory of an `edge-jax grid` run")
         cells = [c for c in args.cells.split(",") if c] if args.cells else None
@@ -55,7 +56,6 @@ def _logit_lens(args, overrides) -> int:
             trained_workdir(workdir)
         runs = group_workdirs(args.workdir, args.label or None)
     check_compare(pairs, list(dict.fromkeys(r.cell for r in runs)))
-    output_dir(args.out, "--out")
     out = run_logit_lens(runs, args.out, pairs, args.tokens)
     for run, r in zip(out["runs"], out["results"]):
         print(f"{run.cell} seed {run.seed}: step={r['step']} tokens={r['tokens']} kl="
