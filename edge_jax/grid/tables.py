@@ -261,8 +261,7 @@ def claims_lines(pairs: list[verdicts.Pair], metric: str) -> list[str]:
              "|---|---:|---:|---:|---:|---|---:|---:|"]
     for pair in pairs:
         test = pair.test
-        ci = "—" if test.ci is None else f"[{format_number(test.ci[0])}, {format_number(test.ci[1])}]"
-        p = "—" if test.p is None else (f"{test.p:.3f}" if test.p >= 1e-3 else f"{test.p:.1e}")
+        ci, p = format_ci(test.ci), format_p(test.p)
         verdict = test.verdict
         if verdict == "disagree":
             verdict += f": {pair.reason.replace('|', '/')}" if pair.reason else " (no reason written)"
@@ -352,6 +351,16 @@ def format_number(x) -> str:
         return str(x)
     text = f"{x:.{_digits(x)}f}"
     return text.rstrip("0").rstrip(".") if "." in text else text
+
+
+def format_ci(ci: tuple[float, float] | None) -> str:
+    """A confidence interval as ``[low, high]``, ``—`` for None."""
+    return "—" if ci is None else f"[{format_number(ci[0])}, {format_number(ci[1])}]"
+
+
+def format_p(p: float | None) -> str:
+    """A p-value to three decimals, in scientific notation below 0.001, ``—`` for None."""
+    return "—" if p is None else f"{p:.3f}" if p >= 1e-3 else f"{p:.1e}"
 
 
 def _raw(x) -> str:

@@ -23,7 +23,7 @@ from pathlib import Path
 
 from edge_jax.errors import ConfigError, unknown
 from edge_jax.grid import verdicts
-from edge_jax.grid.tables import Stat, format_number, format_stat, stat
+from edge_jax.grid.tables import Stat, format_ci, format_number, format_p, format_stat, stat
 from edge_jax.utils.atomic import write_text_atomic
 from edge_jax.utils.workdirs import workdir_labels
 
@@ -182,10 +182,6 @@ def headline(c: Comparison) -> str:
     return f"{c.better} < {c.worse}: {parts} over {layers}, {len(c.seeds)} seed{'s' * (len(c.seeds) != 1)}"
 
 
-def _p(p) -> str:
-    return "—" if p is None else "0" if p == 0 else f"{p:.3f}" if p >= 1e-3 else f"{p:.1e}"
-
-
 def markdown(runs: list[Run], results: list[dict], comparisons: list[Comparison]) -> str:
     cells = by_cell(runs, results)
     lines = ["# LogitLens: KL between each layer's early exit and the final output", "",
@@ -218,8 +214,8 @@ def markdown(runs: list[Run], results: list[dict], comparisons: list[Comparison]
                           "| layer | n | mean d | interval | p | verdict |", "|---:|---:|---:|---:|---:|---|"]
                 for i, pair in enumerate(c.tests[key]):
                     t = pair.test
-                    ci = "—" if t.ci is None else f"[{format_number(t.ci[0])}, {format_number(t.ci[1])}]"
-                    lines.append(f"| {i} | {t.n} | {format_number(t.mean)} | {ci} | {_p(t.p)} | {t.verdict} |")
+                    lines.append(f"| {i} | {t.n} | {format_number(t.mean)} | {format_ci(t.ci)} | {format_p(t.p)} "
+                                 f"| {t.verdict} |")
     return "\n".join(lines) + "\n"
 
 
