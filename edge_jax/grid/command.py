@@ -24,7 +24,7 @@ from typing import Any
 
 from edge_jax import distributed
 from edge_jax.errors import ConfigError, UserError, one_line
-from edge_jax.grid import plots, runner, spec, tables
+from edge_jax.grid import drift, plots, runner, spec, tables
 from edge_jax.utils.args import at_least, count, output_dir
 
 
@@ -132,7 +132,7 @@ def run(args: argparse.Namespace, *, train_fn: runner.TrainFn | None = None,
         log(f"{grid.name}: {len(summary.ran)} ran, {len(summary.reused)} reused, {len(summary.skipped)} skipped, "
             f"{len(summary.held)} held by other processes, {failed} failed")
 
-    distributed.on_lead("tables", lambda: _write_tables(grid, args, out, log))
+    distributed.on_lead("tables", lambda: _write_tables(grid, args, out, log, load_config))
     if failed:
         log(f"error: {failed} cell(s) failed: "
             + ", ".join(u.label for u, _ in summary.failed))
@@ -171,10 +171,11 @@ def _check_out(out: Path) -> None:
     distributed.on_lead("grid --out", lambda: str(output_dir(out, "--out")))
 
 
-def _write_tables(grid, args, out: Path, log) -> None:
+def _write_tables(grid, args, out: Path, log, load_config: runner.LoadConfigFn) -> None:
     """Tables, curves and the grid's post hook from every record in ``out`` (process 0 of a job)."""
     records = runner.load_records(out, log=log)
-    table = tables.write_tables(grid, records, out, args.seeds)
+    changed = drift.changed_line(*drift.changed_settings(grid, records, load_config))
+    table = tables.write_tables(grid, records, out, args.seeds, changed)
     curves = tables.has_curves(table.records)
     if curves:
         plots.write_curves(grid, records, out)

@@ -56,6 +56,7 @@ class Table:
     records: list[dict]
     ignored: int
     pairs: list[verdicts.Pair] = dataclasses.field(default_factory=list)
+    changed: str = ""   # settings the records were made with that differ from today's (edge_jax.grid.drift)
 
 
 def stat(values: list[float]) -> Stat:
@@ -159,9 +160,10 @@ def build_table(grid: Grid, records: list[dict], seeds: int | None = None) -> Ta
 
 
 def write_tables(grid: Grid, records: list[dict], out: str | Path,
-                 seeds: int | None = None) -> Table:
-    """Write OUT/table.md, OUT/table.csv and OUT/pairs.csv atomically; returns the table."""
-    table = build_table(grid, records, seeds)
+                 seeds: int | None = None, changed: str = "") -> Table:
+    """Write OUT/table.md, OUT/table.csv and OUT/pairs.csv atomically; returns the table. ``changed``:
+    the paragraph naming settings that differ from today's (:func:`edge_jax.grid.drift.changed_line`)."""
+    table = dataclasses.replace(build_table(grid, records, seeds), changed=changed)
     write_text_atomic(Path(out) / "table.md", markdown(table))
     write_text_atomic(Path(out) / "table.csv", csv_text(table))
     write_text_atomic(Path(out) / "pairs.csv", pairs_csv(table))
@@ -207,6 +209,8 @@ def markdown(t: Table) -> str:
         lines += ["", f"Missing records: {'; '.join(missing)}."]
     if t.ignored:
         lines += ["", f"Ignored {t.ignored} record(s) of another grid, preset or cell."]
+    if t.changed:
+        lines += ["", t.changed]
     if g.notes.strip():
         lines += ["", f"Notes: {g.notes.strip()}"]
     if has_curves(t.records):

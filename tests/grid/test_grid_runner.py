@@ -225,7 +225,7 @@ def test_tables_only_rebuilds_from_records_without_training(ablation, tmp_path):
 
     def no_training(*a):
         raise AssertionError("--tables-only must not train")
-    rc, _ = cli([ablation, "--out", out, "--tables-only", "--seeds", 2], no_training, no_training)
+    rc, _ = cli([ablation, "--out", out, "--tables-only", "--seeds", 2], no_training)
     assert rc == 0
     md = (out / "table.md").read_text()
     assert "Missing records: cosine (seed 1)." in md
