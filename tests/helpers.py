@@ -123,3 +123,24 @@ def random_decoder_params(cfg, seed=0):
         return jnp.asarray(near_one + 0.1 * rng.standard_normal(s.shape), s.dtype)
 
     return jax.tree_util.tree_map_with_path(make, nn.unbox(shapes))
+
+
+def config_loader(base: dict):
+    """A stand-in for ``edge_jax.config.load_config``: a ConfigDict of ``base`` with the overrides applied
+    (an unknown key raises ValueError, as the real loader does)."""
+    import json
+
+    import ml_collections
+
+    def load(spec, overrides):
+        c = ml_collections.ConfigDict(json.loads(json.dumps(base)))
+        for key, value in overrides.items():
+            *parents, leaf = key.split(".")
+            node = c
+            for p in parents:
+                node = node[p]
+            if leaf not in node:
+                raise ValueError(f"unknown config key {key!r}")
+            node[leaf] = value
+        return c
+    return load

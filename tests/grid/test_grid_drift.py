@@ -3,9 +3,8 @@ import argparse
 import json
 import textwrap
 
-import ml_collections
-
 from edge_jax.grid import command, drift, spec
+from tests.helpers import config_loader
 
 BASE = {"seed": 0, "init_from": "", "eval": {"limit": 0}, "train": {"steps": 10, "schedule": "cosine"}}
 
@@ -22,18 +21,7 @@ def make_grid(base_overrides=None):
 
 
 def loader(base=None):
-    def load(spec_, overrides):
-        c = ml_collections.ConfigDict(json.loads(json.dumps(base or BASE)))
-        for key, value in overrides.items():
-            *parents, leaf = key.split(".")
-            node = c
-            for p in parents:
-                node = node[p]
-            if leaf not in node:
-                raise ValueError(f"unknown config key {key!r}")
-            node[leaf] = value
-        return c
-    return load
+    return config_loader(base or BASE)
 
 
 def record(grid, cell, seed, load, extra=None, stage_path="/runs/_stages/pre-1234/seed0"):

@@ -9,12 +9,12 @@ import math
 import sys
 import textwrap
 
-import ml_collections
 import numpy as np
 import pytest
 
 from edge_jax.errors import UserError
 from edge_jax.grid import command, reuse, runner, spec
+from tests.helpers import config_loader
 
 ABLATION = '''
 def get_grid(preset):
@@ -35,18 +35,7 @@ def get_grid(preset):
 LOSS = {"cosine": 3.0, "wsd": 2.9, "wsdc": 2.8}
 
 
-def fake_load_config(base, overrides):
-    c = ml_collections.ConfigDict({"seed": 0, "train": {"steps": 10, "schedule": "cosine"},
-                                   "model": {"d_model": 8}})
-    for key, value in overrides.items():
-        *parents, leaf = key.split(".")
-        node = c
-        for p in parents:
-            node = node[p]
-        if leaf not in node:
-            raise ValueError(f"unknown config key {key!r}")
-        node[leaf] = value
-    return c
+fake_load_config = config_loader({"seed": 0, "train": {"steps": 10, "schedule": "cosine"}, "model": {"d_model": 8}})
 
 
 class FakeTrain:
