@@ -132,7 +132,7 @@ def run(args: argparse.Namespace, *, train_fn: runner.TrainFn | None = None,
         log(f"{grid.name}: {len(summary.ran)} ran, {len(summary.reused)} reused, {len(summary.skipped)} skipped, "
             f"{len(summary.held)} held by other processes, {failed} failed")
 
-    distributed.on_lead("tables", lambda: _write_tables(grid, args, out, log, load_config))
+    distributed.on_lead("tables", lambda: _write_tables(grid, args, out, log, load_config, extra))
     if failed:
         log(f"error: {failed} cell(s) failed: "
             + ", ".join(u.label for u, _ in summary.failed))
@@ -171,10 +171,11 @@ def _check_out(out: Path) -> None:
     distributed.on_lead("grid --out", lambda: str(output_dir(out, "--out")))
 
 
-def _write_tables(grid, args, out: Path, log, load_config: runner.LoadConfigFn) -> None:
-    """Tables, curves and the grid's post hook from every record in ``out`` (process 0 of a job)."""
+def _write_tables(grid, args, out: Path, log, load_config: runner.LoadConfigFn, extra: dict) -> None:
+    """Tables, curves and the grid's post hook from every record in ``out`` (process 0 of a job); records
+    made with other settings than this command's (``extra``: its --set overrides) are named in the table."""
     records = runner.load_records(out, log=log)
-    changed = drift.changed_line(*drift.changed_settings(grid, records, load_config))
+    changed = drift.changed_line(*drift.changed_settings(grid, records, load_config, extra))
     table = tables.write_tables(grid, records, out, args.seeds, changed)
     curves = tables.has_curves(table.records)
     if curves:

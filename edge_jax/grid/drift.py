@@ -19,21 +19,22 @@ from edge_jax.grid.stages import references
 Changes = dict[str, Counter]   # key -> Counter({(value in the record, value today): records})
 
 
-def changed_settings(grid: Grid, records: list[dict],
-                     load_config: Callable[[str, dict], Any]) -> tuple[Changes, int]:
-    """Every config key whose value in a record of ``grid`` differs from what its cell would run today,
-    with how many records hold each (then, now) pair, and how many records were compared. Records without
-    a config (older formats) and cells that no longer load are passed over: there is nothing to compare
-    them with."""
+def changed_settings(grid: Grid, records: list[dict], load_config: Callable[[str, dict], Any],
+                     extra: dict | None = None) -> tuple[Changes, int]:
+    """Every config key whose value in a record of ``grid`` differs from what its cell would run today
+    (with ``extra``, the command's ``--set`` overrides), with how many records hold each (then, now) pair,
+    and how many records were compared. Records without a config (older formats) and cells that no longer
+    load are passed over: there is nothing to compare them with."""
     from edge_jax.config import flat_json, flatten, schema_defaults, upgrade_config
     changes: Changes = {}
     compared = 0
     for rec in records:
-        if rec.get("grid") != grid.name or rec.get("cell") not in grid.cells or not rec.get("config"):
+        if (rec.get("grid") != grid.name or rec.get("preset") != grid.preset or rec.get("cell") not in grid.cells
+                or not rec.get("config")):
             continue
         recorded = rec.get("overrides") or {}
         today = {k: recorded.get(k, v) if references({k: v}) else v
-                 for k, v in grid.overrides(rec["cell"], rec["seed"]).items()}
+                 for k, v in grid.overrides(rec["cell"], rec["seed"], extra).items()}
         try:
             config = load_config(grid.base, today)
         except (UserError, ValueError):
@@ -59,7 +60,7 @@ def changed_line(changes: Changes, n_records: int) -> str:
         for (then, now), n in pairs.most_common():
             parts.append(f"`{key}` {then} in {n} of {n_records} record{'s' if n_records != 1 else ''} "
                          f"(today {now})")
-    return ("**Settings changed since these records were made** (the notes describe today's): "
+    return ("**Records made with other settings than the grid runs today** (the notes describe today's): "
             + "; ".join(parts) + ".")
 
 

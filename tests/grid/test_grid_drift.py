@@ -48,7 +48,7 @@ def test_an_override_the_grid_no_longer_sets_is_named_with_its_count():
     changes, compared = drift.changed_settings(new, records, load)
     assert compared == 7 and dict(changes) == {"eval.limit": {("400", "0"): 6}}
     assert drift.changed_line(changes, compared) == (
-        "**Settings changed since these records were made** (the notes describe today's): "
+        "**Records made with other settings than the grid runs today** (the notes describe today's): "
         "`eval.limit` 400 in 6 of 7 records (today 0).")
 
 
@@ -89,10 +89,16 @@ def test_tables_only_writes_the_changed_settings_into_the_table(tmp_path):
     for cell in ("a", "b"):
         rec = record(grid, cell, 0, load, extra={"eval.limit": 400})
         (out / "records" / f"{cell}__seed0.json").write_text(json.dumps(rec))
+    other_preset = {**record(grid, "a", 1, load, extra={"train.steps": 99}), "preset": "paper"}
+    (out / "records" / "a__seed1.json").write_text(json.dumps(other_preset))
     parser = argparse.ArgumentParser()
     command.add_arguments(parser)
-    args = parser.parse_args([str(ablation), "--out", str(out), "--tables-only", "--seeds", "1"])
-    assert command.run(args, train_fn=None, load_config=load, log=lambda m: None) == 0
-    md = (out / "table.md").read_text()
+
+    def table(*flags):
+        args = parser.parse_args([str(ablation), "--out", str(out), "--tables-only", "--seeds", "1", *flags])
+        assert command.run(args, train_fn=None, load_config=load, log=lambda m: None) == 0
+        return (out / "table.md").read_text()
+    md = table()
     line = "`eval.limit` 400 in 2 of 2 records (today 0)."
-    assert line in md and md.index(line) < md.index("Notes: today's notes")
+    assert line in md and md.index(line) < md.index("Notes: today's notes") and "train.steps" not in md
+    assert "other settings" not in table("--set", "eval.limit=400")     # the settings this command runs
