@@ -1,9 +1,11 @@
 """Shared test helpers (importable from any test module: conftest.py puts tests/ on sys.path)."""
 import contextlib
 import importlib.util
+import json
 
 import flax.linen as nn
 import jax
+import ml_collections
 import numpy as np
 import pytest
 
@@ -128,10 +130,6 @@ def random_decoder_params(cfg, seed=0):
 def config_loader(base: dict):
     """A stand-in for ``edge_jax.config.load_config``: a ConfigDict of ``base`` with the overrides applied
     (an unknown key raises ValueError, as the real loader does)."""
-    import json
-
-    import ml_collections
-
     def load(spec, overrides):
         c = ml_collections.ConfigDict(json.loads(json.dumps(base)))
         for key, value in overrides.items():

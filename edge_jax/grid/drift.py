@@ -12,7 +12,7 @@ from collections import Counter
 from typing import Any, Callable
 
 from edge_jax.errors import UserError
-from edge_jax.grid.reuse import REUSE_IGNORED
+from edge_jax.grid.reuse import comparable, recorded_config
 from edge_jax.grid.spec import Grid
 from edge_jax.grid.stages import references
 
@@ -25,7 +25,7 @@ def changed_settings(grid: Grid, records: list[dict], load_config: Callable[[str
     (with ``extra``, the command's ``--set`` overrides), with how many records hold each (then, now) pair,
     and how many records were compared. Records without a config (older formats) and cells that no longer
     load are passed over: there is nothing to compare them with."""
-    from edge_jax.config import flat_json, flatten, schema_defaults, upgrade_config
+    from edge_jax.config import flat_json, schema_defaults
     changes: Changes = {}
     compared = 0
     for rec in records:
@@ -40,12 +40,10 @@ def changed_settings(grid: Grid, records: list[dict], load_config: Callable[[str
         except (UserError, ValueError):
             continue
         compared += 1
-        now = flat_json(config)
         defaults = flat_json(schema_defaults(config))
-        then = {**defaults, **flatten(upgrade_config(rec["config"]))}
-        now = {**defaults, **now}
+        then, now = recorded_config(rec["config"], defaults), comparable(flat_json(config), defaults)
         for key in sorted(set(then) | set(now)):
-            if key in REUSE_IGNORED or then.get(key) == now.get(key):
+            if then.get(key) == now.get(key):
                 continue
             changes.setdefault(key, Counter())[(_show(then.get(key)), _show(now.get(key)))] += 1
     return changes, compared

@@ -25,9 +25,9 @@ def find_identical_run(dirs: Iterable[Path], config: dict, metric: str, clean_on
     written before a config key was renamed or added is read in today's keys, the added ones at their
     defaults;
     ``clean_only`` passes over records made from a dirty working tree."""
-    from edge_jax.config import flat_json, flatten, schema_defaults, upgrade_config
+    from edge_jax.config import flat_json, flatten, schema_defaults
     defaults = flat_json(schema_defaults(config))  # keys the schema gained after a record was written
-    want = {k: v for k, v in {**defaults, **flatten(config)}.items() if k not in REUSE_IGNORED}
+    want = comparable(flatten(config), defaults)
     for d in dirs:
         for path in sorted((Path(d) / "records").glob("*.json")):
             try:
@@ -40,9 +40,18 @@ def find_identical_run(dirs: Iterable[Path], config: dict, metric: str, clean_on
                 continue
             if rec.get("data_key") != documents:
                 continue
-            saved = {**defaults, **flatten(upgrade_config(rec.get("config", {})))}  # in today's keys
-            have = {k: v for k, v in saved.items() if k not in REUSE_IGNORED}
-            if have == want:
+            if recorded_config(rec.get("config", {}), defaults) == want:
                 return path, rec
     return None
 
+
+def comparable(flat: dict, defaults: dict) -> dict:
+    """A flat config in the form two runs are compared in: every schema key (``defaults``, flat, where the
+    config sets none), less :data:`REUSE_IGNORED`."""
+    return {k: v for k, v in {**defaults, **flat}.items() if k not in REUSE_IGNORED}
+
+
+def recorded_config(config: dict, defaults: dict) -> dict:
+    """A record's nested ``config`` in today's keys (:func:`edge_jax.config.upgrade_config`), comparable."""
+    from edge_jax.config import flatten, upgrade_config
+    return comparable(flatten(upgrade_config(config)), defaults)
