@@ -7,10 +7,12 @@ by eos, stored as one raw token file per piece (:mod:`edge_jax.data.pieces`) and
 
 The tokens dir is ``data.tokens_dir``, else ``<data.data_dir>/tokens``; it may be remote (``gs://``,
 through etils.epath) and shared by every host. Each process of a job prepares every N-th piece
-(N processes), writing a shard under a temporary name and renaming it, so a killed preparation
-resumes where it stopped; when every shard exists, process 0 writes the manifest. A host that does
-not see the others' shards (a host-local directory) prepares the rest itself. A mixture's train split
-is its parts' shards one after another (each part prepared once, whatever mixture it is in).
+(N processes), writing a shard under a temporary name and moving it into place, so a killed
+preparation resumes where it stopped; when every shard exists, process 0 writes the manifest. Two
+jobs that prepare one split at once (two grid streams on a host) both finish: the later one
+replaces the same bytes. A host that does not see the others' shards (a host-local directory)
+prepares the rest itself. A mixture's train split is its parts' shards one after another (each
+part prepared once, whatever mixture it is in).
 """
 from __future__ import annotations
 
@@ -63,7 +65,7 @@ def _write_piece(piece, tok, dtype, out) -> None:
         with tmp.open("wb") as f:
             for ids in doc_tokens(piece.texts(), tok, dtype):
                 f.write(ids.astype(dtype.newbyteorder("<"), copy=False).tobytes())
-        tmp.rename(out)
+        tmp.replace(out)  # another job on this host may have written the same bytes first
     except BaseException:  # a bad record or a kill: no half-written shard left behind
         tmp.unlink(missing_ok=True)
         raise
@@ -100,7 +102,7 @@ def prepare(source: Source, split: str, tok, tokens_dir: str,
                             "use another split or dataset")
         tmp = root / f".manifest.{os.getpid()}.tmp"
         tmp.write_text(json.dumps({"dtype": dtype.name, "shards": shards}))
-        tmp.rename(root / "manifest.json")
+        tmp.replace(root / "manifest.json")  # epath's rename refuses a target another job wrote meanwhile
 
     distributed.on_lead(f"manifest {root.name}", manifest)
     if not (root / "manifest.json").exists():

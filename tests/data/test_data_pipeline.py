@@ -7,6 +7,7 @@ import sys
 import ml_collections
 import numpy as np
 import pytest
+from etils import epath
 
 from edge_jax.data import (
     DataError,
@@ -16,9 +17,11 @@ from edge_jax.data import (
     make_eval_batches,
     make_train_iter,
     resolve_cfg,
+    shards,
     split_tokens,
 )
 from edge_jax.data.pipeline import Windows
+from edge_jax.data.tokenizers import tokenizer_dtype
 
 
 def _cfg(data_dir, **kw):
@@ -64,6 +67,23 @@ def test_shards_are_written_once_and_read_in_slices(tmp_path, monkeypatch):
     eos = np.flatnonzero(np.asarray(tokens) == tok.eos_id)
     assert len(eos) == len(docs) and eos[-1] == len(tokens) - 1
     assert tok.decode(tokens[:eos[0]]) == docs[0]
+
+
+def test_a_second_job_preparing_the_same_split_finishes(tmp_path, monkeypatch):
+    """Two jobs on one host (two grid streams) may prepare one split at once: the one that moves its
+    shard or manifest into place second replaces the same bytes instead of failing."""
+    cfg = _cfg(tmp_path)
+    tok = get_tokenizer("byte", cfg.name, str(tmp_path))
+    source = resolve_cfg(cfg)
+    first = np.asarray(split_tokens(source, "train", tok, str(tmp_path)))
+    root = tmp_path / "tokens" / f"{source.key}-train-byte"
+    shard = epath.Path(root / "00000.bin")
+    before = shard.read_bytes()
+    shards._write_piece(source.pieces("train", 64)[0], tok, tokenizer_dtype(tok), shard)  # the target exists
+    assert shard.read_bytes() == before
+    monkeypatch.setattr(shards, "is_prepared", lambda root: False)  # it looked before the other job finished
+    np.testing.assert_array_equal(np.asarray(split_tokens(source, "train", tok, str(tmp_path))), first)
+    assert not [f for f in os.listdir(root) if f.endswith(".tmp")]
 
 
 def test_train_batches_shape_shift_and_determinism(tmp_path):
