@@ -23,10 +23,12 @@ from edge_jax.bench import Benchmark
 from edge_jax.compile.chips import CHIPS
 from edge_jax.layers.kernels import backend
 from edge_jax.registry import BENCHMARKS, Registry
+from edge_jax.utils.args import count
 from edge_jax.utils.atomic import write_json_atomic
 from edge_jax.utils.timing import samples_interleaved
 
 TOL = {"float32": 1e-4, "bfloat16": 3e-2}
+CALLS = 20  # queued calls per timed sample (--calls)
 # device_kind -> (peak dense bf16 FLOP/s, memory bytes/s): the TPUs from compile.chips.CHIPS, the GPUs
 # from NVIDIA's data sheets (read 2026-11)
 TPU_KINDS = {"TPU v4": "v4", "TPU v5 lite": "v5e", "TPU v5": "v5p", "TPU v6 lite": "v6e"}
@@ -60,9 +62,21 @@ def rel_error(got, want) -> float:
     return max(errs)
 
 
-def measure(case: KernelCase, name: str, repeats: int, variant: str | None = None) -> dict:
-    """One row; ``variant`` (``gpu``: the GPU variant, interpreted) labels it. Fresh closures keep
-    ``jax.jit`` from reusing another variant's trace of the same case."""
+def queued(fn, args, calls: int):
+    """A zero-arg callable that queues ``calls`` calls of ``fn(*args)`` and returns the last output (the
+    device runs them back to back; only the last is waited for)."""
+    def run():
+        out = None
+        for _ in range(calls):
+            out = fn(*args)
+        return out
+    return run
+
+
+def measure(case: KernelCase, name: str, repeats: int, variant: str | None = None, calls: int = CALLS) -> dict:
+    """One row; ``variant`` (``gpu``: the GPU variant, interpreted) labels it. Each timed sample is
+    ``calls`` queued calls: one call of a kernel under a millisecond would time mostly the dispatch
+    and the wait. Fresh closures keep ``jax.jit`` from reusing another variant's trace of the same case."""
     kernel = jax.jit(lambda *a: case.kernel(*a))
     reference = jax.jit(lambda *a: case.reference(*a))
     err = rel_error(kernel(*case.args), reference(*case.args))
@@ -70,8 +84,8 @@ def measure(case: KernelCase, name: str, repeats: int, variant: str | None = Non
            "rel_error": err, "tolerance": TOL[case.dtype], "ok": err <= TOL[case.dtype]}
     if backend.interpret(name):
         return row
-    samples = samples_interleaved({"kernel": lambda: kernel(*case.args), "xla": lambda: reference(*case.args)},
-                                  repeats, 1)  # interleaved rounds: both see the same machine state
+    fns = {"kernel": queued(kernel, case.args, calls), "xla": queued(reference, case.args, calls)}
+    samples = samples_interleaved(fns, repeats, calls)  # interleaved rounds: both see the same machine state
     t_k, t_r = samples["kernel"], samples["xla"]
     mk, mr = statistics.median(t_k), statistics.median(t_r)
     row.update(kernel_ms=1e3 * mk, kernel_spread_ms=1e3 * (max(t_k) - min(t_k)), xla_ms=1e3 * mr,
@@ -107,7 +121,8 @@ def format_rows(rows: list[dict]) -> str:
         lines += ["", f"No kernel compiles natively on {backend.platform()}: the kernels ran in the Pallas "
                   "interpreter at small shapes, so only their agreement with the XLA reference is shown."]
     else:
-        lines += ["", "Times: median ± half the spread (max - min) over the rounds, kernel and XLA interleaved."]
+        lines += ["", "Times: per call, median ± half the spread (max - min) over the rounds (each a run of queued "
+                  "calls), kernel and XLA interleaved."]
     return "\n".join(lines)
 
 
@@ -124,7 +139,7 @@ def run(args, overrides) -> str:
         for case in cases(small or args.small):
             for variant in variants if name in backend.OURS else [None]:
                 with backend.emulating(variant) if variant else contextlib.nullcontext():
-                    rows.append(measure(case, name, args.repeats, variant))
+                    rows.append(measure(case, name, args.repeats, variant, args.calls))
     if args.json:
         write_json_atomic(args.json, rows)
     report = format_rows(rows)
@@ -137,6 +152,8 @@ def add_arguments(group) -> None:
     group.add_argument("--kernel", action="append", default=None,
                        help="only this kernel (repeatable); default: every registered one")
     group.add_argument("--small", action="store_true", help="small shapes even where the kernels compile")
+    group.add_argument("--calls", type=count, default=CALLS, help="queued calls per timed sample (default "
+                       f"{CALLS}): one call of a kernel under a millisecond times mostly dispatch and sync")
 
 
 BENCHMARKS.register("kernels", Benchmark(

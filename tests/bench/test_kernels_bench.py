@@ -26,6 +26,28 @@ def test_a_disagreeing_kernel_is_reported():
     assert "FAIL" in kb.format_rows([row])
 
 
+def test_each_timed_sample_queues_calls_and_times_per_call(monkeypatch):
+    """The timed path (as on an accelerator): a warm-up run and every round run ``calls`` calls of each side,
+    and the row's times are per call."""
+    ran = {"kernel": 0, "xla": 0}
+
+    def counted(side, scale):
+        def f(a):
+            jax.debug.callback(lambda: ran.__setitem__(side, ran[side] + 1))
+            return scale * a
+        return f
+
+    monkeypatch.setattr(kb.backend, "interpret", lambda name: False)
+    x = jax.random.normal(jax.random.key(0), (64,))
+    case = kb.KernelCase("x", counted("kernel", 1.0), counted("xla", 1.0), (x,), flops=64, bytes=256,
+                         dtype="float32")
+    row = kb.measure(case, "not_a_kernel", repeats=2, calls=3)
+    jax.effects_barrier()
+    assert ran == {"kernel": 1 + 3 + 2 * 3, "xla": 1 + 3 + 2 * 3}  # the check, the warm-up, 2 rounds of 3
+    assert row["ok"] and row["kernel_ms"] > 0 and row["xla_ms"] > 0
+    assert row["speedup"] == pytest.approx(row["xla_ms"] / row["kernel_ms"])
+
+
 def test_timed_rows_print_ratio_and_rates():
     row = {"kernel": "k", "case": "c", "dtype": "bfloat16", "rel_error": 1e-3, "tolerance": 3e-2, "ok": True,
            "kernel_ms": 2.0, "kernel_spread_ms": 0.2, "xla_ms": 3.0, "xla_spread_ms": 0.4, "speedup": 1.5,
