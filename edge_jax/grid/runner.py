@@ -251,6 +251,10 @@ def run_unit(grid: Grid, unit: Unit, out: str | Path, *,
         "host": socket.gethostname(),
         "workdir": str(wd),
     }
+    try:    # stored so that a record alone gives it, without its workdir (reused, copied, or on another host)
+        record["vocab_size"] = resolved_vocab_size(record)
+    except UserError:
+        pass    # a train function that writes no config.json; readers then say so
     write_json_atomic(record_path(out, unit), record)
     if distributed.is_lead():
         (wd / "error.log").unlink(missing_ok=True)
@@ -346,15 +350,18 @@ def read_curves(metrics_path: str | Path) -> dict[str, list[list[float]]]:
             "train_loss": [[s, train[s]] for s in sorted(train)]}
 
 
-def resolved_vocab_size(config: dict, workdir: str | Path | None = None) -> int:
-    """A record's vocabulary size; records keep ``vocab_size`` 0 (from the tokenizer), so the resolved
-    size is read from the run's own ``config.json`` then."""
-    vocab = int(config["model"]["vocab_size"])
-    path = Path(workdir or "") / "config.json"
-    if vocab <= 0 and workdir and path.exists():
+def resolved_vocab_size(record: dict) -> int:
+    """A record's vocabulary size: its config's, else the ``vocab_size`` the runner stores beside it
+    (configs keep 0 when the tokenizer sets it), else the run's own ``config.json`` (records written
+    before the runner stored it)."""
+    vocab = int(record["config"].get("model", {}).get("vocab_size") or 0) or int(record.get("vocab_size") or 0)
+    path = Path(record.get("workdir") or "") / "config.json"
+    if vocab <= 0 and record.get("workdir") and path.exists():
         vocab = int(json.loads(path.read_text())["model"]["vocab_size"])
     if vocab <= 0:
-        raise ValueError(f"vocabulary size unknown for a record (workdir {workdir}); rerun the cell")
+        raise UserError(f"vocabulary size unknown for the {record.get('cell')} seed {record.get('seed')} record: "
+                        f"it stores none and its workdir {record.get('workdir')} has no config.json; rerun the "
+                        f"cell, or rebuild the tables with --no-post")
     return vocab
 
 

@@ -6,8 +6,10 @@ writes a small metrics.jsonl whose losses depend on the cell's overrides and see
 import argparse
 import json
 import math
+import shutil
 import sys
 import textwrap
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -312,3 +314,23 @@ def test_no_post_skips_the_post_hook(ablation, tmp_path):
     assert rc == 0 and "os:no_such: not run (--no-post)" in logs
     with pytest.raises(AttributeError):      # without the flag the (missing) hook is called
         cli([ablation, "--out", out, "--seeds", 1, "--tables-only"])
+
+
+def test_a_record_keeps_its_vocabulary_size_without_its_workdir(ablation, tmp_path):
+    """Configs keep vocab_size 0 when the tokenizer sets it; the record stores the size the run resolved
+    (its config.json), so a reused or copied record still gives it once its workdir is gone."""
+    class TokenizerTrain(FakeTrain):
+        def __call__(self, config, workdir):
+            (Path(workdir) / "config.json").write_text(json.dumps({"model": {"vocab_size": 77}}))
+            return super().__call__(config, workdir)
+    load = config_loader({"seed": 0, "train": {"steps": 10, "schedule": "cosine"},
+                          "model": {"d_model": 8, "vocab_size": 0}})
+    out = tmp_path / "results" / "toy_a"
+    cli([ablation, "--out", out, "--seeds", 1], TokenizerTrain(), load)
+    rec = json.loads((out / "records" / "wsd__seed0.json").read_text())
+    assert rec["config"]["model"]["vocab_size"] == 0 and rec["vocab_size"] == 77
+    shutil.rmtree(out / "runs")
+    assert runner.resolved_vocab_size(rec) == 77
+    del rec["vocab_size"]
+    with pytest.raises(UserError, match="vocabulary size unknown for the wsd seed 0 record"):
+        runner.resolved_vocab_size(rec)

@@ -14,12 +14,12 @@ import numpy as np
 from edge_jax.utils.atomic import save_figure_atomic, write_text_atomic
 
 
-def memory_size(config: dict, workdir: str | None = None) -> int:
-    """``L * |V| * d_mem``; a record's config keeps ``vocab_size`` 0 (from the tokenizer), so the
-    resolved size is read from the run's own ``config.json`` then."""
+def memory_size(record: dict) -> int:
+    """``L * |V| * d_mem`` of a grid record (its vocabulary size as
+    :func:`edge_jax.grid.runner.resolved_vocab_size` resolves it)."""
     from edge_jax.grid.runner import resolved_vocab_size
-    m = config["model"]
-    return int(m["n_layers"]) * resolved_vocab_size(config, workdir) * int(m["d_mem"])
+    m = record["config"]["model"]
+    return int(m["n_layers"]) * resolved_vocab_size(record) * int(m["d_mem"])
 
 
 def log_linear_fit(sizes, values) -> dict:
@@ -37,7 +37,7 @@ def log_linear_fit(sizes, values) -> dict:
 def write_memory_fit(grid, records: list[dict], out) -> list[Path]:
     """fit.md and scaling.png in ``out`` from the grid's records (the grid ``post`` hook)."""
     out = Path(out)
-    points = [(memory_size(r["config"], r.get("workdir")), float(r["metrics"][grid.metric]), r["cell"])
+    points = [(memory_size(r), float(r["metrics"][grid.metric]), r["cell"])
               for r in records
               if math.isfinite(float(r["metrics"].get(grid.metric, float("nan"))))]
     fit = log_linear_fit([p[0] for p in points], [p[1] for p in points])

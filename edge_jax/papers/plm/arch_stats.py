@@ -57,7 +57,7 @@ def forward_stats(cfgs: dict[str, ModelConfig], seq_len: int = 128, repeats: int
 
 def _resolved_model(record: dict) -> dict:
     from edge_jax.grid.runner import resolved_vocab_size
-    return {**record["config"]["model"], "vocab_size": resolved_vocab_size(record["config"], record.get("workdir"))}
+    return {**record["config"]["model"], "vocab_size": resolved_vocab_size(record)}
 
 
 def write_arch_stats(grid, records: list[dict], out) -> list[Path]:

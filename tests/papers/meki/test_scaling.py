@@ -5,6 +5,7 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
+from edge_jax.errors import UserError
 from edge_jax.papers.meki.scaling import log_linear_fit, memory_size, write_memory_fit
 
 
@@ -21,13 +22,14 @@ def test_post_hook_writes_fit_and_plot(tmp_path):
     records = [{"cell": f"d{d}", "config": {"model": {"n_layers": 2, "vocab_size": 100, "d_mem": d}},
                 "metrics": {"val_loss": 4.0 - 0.3 * math.log(200 * d) + 0.01 * s}}
                for d in (8, 16, 32) for s in range(2)]
-    assert memory_size(records[0]["config"]) == 1600
+    assert memory_size(records[0]) == 1600
     (tmp_path / "run").mkdir()
     (tmp_path / "run" / "config.json").write_text('{"model": {"vocab_size": 64}}')
-    unresolved = {"model": {"n_layers": 2, "vocab_size": 0, "d_mem": 8}}
-    assert memory_size(unresolved, str(tmp_path / "run")) == 2 * 64 * 8
-    with pytest.raises(ValueError, match="vocabulary size unknown"):
-        memory_size(unresolved, None)
+    unresolved = {"cell": "d8", "seed": 0, "config": {"model": {"n_layers": 2, "vocab_size": 0, "d_mem": 8}}}
+    assert memory_size({**unresolved, "workdir": str(tmp_path / "run")}) == 2 * 64 * 8   # from the run's config
+    assert memory_size({**unresolved, "vocab_size": 32}) == 2 * 32 * 8                   # stored in the record
+    with pytest.raises(UserError, match="vocabulary size unknown"):
+        memory_size(unresolved)
     written = write_memory_fit(grid, records, tmp_path)
     text = (tmp_path / "fit.md").read_text()
     assert "- 0.3000 · ln(memory size)" in text and "Slope b < 0" in text
