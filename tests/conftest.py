@@ -7,16 +7,27 @@ os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=8")
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 os.environ.setdefault("ALLOW_MULTIPLE_LIBTPU_LOAD", "1")  # TPU compiles in several processes at once
 
-import importlib.util  # noqa: E402
-
 import pytest  # noqa: E402
 
-if importlib.util.find_spec("jax_plugins.xla_cuda12"):
+from edge_jax.compile.gpus import has_plugin  # noqa: E402
+
+if has_plugin():
     # The cuda extra: its plugin prints two lines to stderr when JAX starts its backends on a machine
     # without an NVIDIA driver. Start them now, so the lines land here and not in the output of
     # whichever test would start them first (tests that read a command's stderr).
     import jax  # noqa: E402
     jax.devices()
+
+
+def pytest_collection_modifyitems(items):
+    """Skip the tests marked ``needs_extra(*modules)`` (helpers.needs_extra) where a module is missing."""
+    from helpers import missing_extra
+    for item in items:
+        for mark in item.iter_markers("needs_extra"):
+            reason = missing_extra(mark.args)
+            if reason:
+                item.add_marker(pytest.mark.skip(reason=reason))
+                break
 
 
 def tiny_overrides(**extra):

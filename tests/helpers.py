@@ -1,6 +1,5 @@
 """Shared test helpers (importable from any test module: conftest.py puts tests/ on sys.path)."""
 import contextlib
-import importlib.util
 import json
 
 import flax.linen as nn
@@ -25,8 +24,30 @@ def rms_ref(x, scale, eps=1e-6):
     return x / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + eps) * scale
 
 
-needs_libtpu = pytest.mark.skipif(importlib.util.find_spec("libtpu") is None,
-                                  reason="libtpu not installed (pip install -e '.[tpu]')")
+def missing_extra(modules) -> str | None:
+    """Why a test of ``modules`` cannot run here (the extra that installs the first missing one), or None."""
+    from edge_jax.utils.extras import PACKAGES, installed
+    missing = next((m for m in modules if not installed(m)), None)
+    if missing is None:
+        return None
+    extra = PACKAGES[missing.partition(".")[0]]
+    return f"needs the {extra} extra ({missing} is not installed): pip install -e '.[{extra}]'"
+
+
+def needs_extra(*modules: str):
+    """The marker of a test that needs ``modules`` (packages of an extra, edge_jax.utils.extras.PACKAGES):
+    conftest.py skips it where one is missing, with the extra's name, and ``-m needs_extra`` selects every
+    such test (scripts/check_installs.sh runs them in the minimal installs)."""
+    return pytest.mark.needs_extra(*modules)
+
+
+def require_extra(*modules: str):
+    """At the top of a test module, before it imports ``modules``: skip the whole module unless all are
+    installed; else the module's marker (``pytestmark = require_extra(...)``, as :func:`needs_extra`)."""
+    reason = missing_extra(modules)
+    if reason:
+        pytest.skip(reason, allow_module_level=True)
+    return needs_extra(*modules)
 
 
 def compile_for_tpu(fn, arg_structs, in_specs, out_specs, topology: str = "v5e:2x2"):

@@ -47,6 +47,7 @@ from edge_jax.models.decoder import DecoderLM
 from edge_jax.registry import BENCHMARKS
 from edge_jax.utils.args import at_least, count
 from edge_jax.utils.atomic import write_json_atomic
+from edge_jax.utils.extras import require
 
 TASKS = ("short_mc", "long_context", "lambada")
 LL_TOL = 1e-4
@@ -198,6 +199,8 @@ def set_threads(threads: str) -> int:
 def run(args, overrides) -> str:
     if overrides:
         raise ConfigError("bench eval takes no --config.* flags; drop them")
+    for package in ("torch", "transformers", "lm_eval", "accelerate"):
+        require(package, "bench eval")
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     logging.getLogger("lm_eval").setLevel(logging.ERROR)
     threads = set_threads(args.threads)

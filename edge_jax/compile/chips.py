@@ -14,12 +14,12 @@ megacore device, as JAX sees them), v5e and v6e one.
 from __future__ import annotations
 
 import dataclasses
-import importlib.util
 import math
 import os
 import re
 
 from edge_jax.errors import ConfigError, one_line, unknown
+from edge_jax.utils.extras import require
 
 GiB = 1024 ** 3
 
@@ -104,8 +104,7 @@ def slice_shape(name: str) -> tuple[str, str]:
 def tpu_target(name: str, slices: int = 1) -> Target:
     """The devices of a TPU slice (``slices`` of them over DCN), from libtpu's compile-only client."""
     gen, shape = slice_shape(name)
-    if importlib.util.find_spec("libtpu") is None:
-        raise ConfigError(f"compiling for {name} needs libtpu; install the tpu extra: pip install -e '.[tpu]'")
+    require("libtpu", f"compiling for {name}")
     from jax.experimental import topologies
     dims = [int(x) for x in shape.split("x")]
     try:

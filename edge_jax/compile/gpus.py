@@ -18,13 +18,12 @@ from __future__ import annotations
 import dataclasses
 import glob
 import importlib.machinery
-import importlib.util
 import os
 import re
 import sys
 import types
 
-from edge_jax.errors import ConfigError
+from edge_jax.utils.extras import installed, require
 
 MiB = 2 ** 20
 
@@ -87,15 +86,15 @@ def known() -> list[str]:
 
 
 def has_plugin() -> bool:
-    return importlib.util.find_spec("jax_plugins.xla_cuda12") is not None
+    """Whether the CUDA plugin (the ``cuda`` extra) is installed; without it there is no ``jax_plugins``
+    package at all."""
+    return installed("jax_plugins.xla_cuda12")
 
 
 def devices(name: str) -> tuple:
     """The deviceless devices of GPU topology ``name`` (one host), from the CUDA plugin."""
     n, key = parse(name)
-    if not has_plugin():
-        raise ConfigError(f"compiling for {name} needs the CUDA plugin; install the cuda extra: pip install -e "
-                          "'.[cuda]' (scripts/setup.sh installs it)")
+    require("jax_plugins.xla_cuda12", f"compiling for {name}")
     from jax.experimental import topologies
     topo = topologies.get_topology_desc(platform="cuda", target_config=target_config(CARDS[key]),
                                         topology=f"1x1x{n}")

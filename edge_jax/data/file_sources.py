@@ -31,29 +31,25 @@ from typing import Iterator
 from edge_jax.data.errors import DataError
 from edge_jax.data.pieces import Piece, split_counts
 from edge_jax.errors import one_line
+from edge_jax.utils.storage import epath
 
 FORMATS = ("parquet", "jsonl", "text")
 PARQUET_BATCH = 1024
 VALIDATION_PER_MILLE = 20  # the share of files (or records) that are validation
 
 
-def _epath(path: str):
-    from etils import epath
-    return epath.Path(os.path.expanduser(path) if "://" not in path else path)
-
-
 def _glob(pattern: str) -> list:
     """Files matching ``pattern`` (``**`` recursive), sorted."""
     if "://" not in pattern:
         import glob as globlib
-        return sorted(_epath(p) for p in globlib.glob(os.path.expanduser(pattern), recursive=True)
+        return sorted(epath(p) for p in globlib.glob(os.path.expanduser(pattern), recursive=True)
                       if os.path.isfile(p))
     if "**" in pattern:
         raise DataError(f"'{pattern}': a remote glob cannot use **; write one * per directory level "
                         "(gs://bucket/data/*/*.parquet)")
     root, parts = pattern.split("://", 1)[0] + "://", pattern.split("://", 1)[1].split("/")
     fixed = next((i for i, part in enumerate(parts) if any(c in part for c in "*?[")), len(parts))
-    base = _epath(root + "/".join(parts[:fixed]))
+    base = epath(root + "/".join(parts[:fixed]))
     if fixed == len(parts):
         return [base] if base.is_file() else []
     return sorted(p for p in base.glob("/".join(parts[fixed:])) if p.is_file())
@@ -142,7 +138,7 @@ class FileReader:
         return [(a, b) for a, b in zip(edges, edges[1:]) if b > a]
 
     def _row_groups(self, i: int) -> list[int]:
-        with _epath(self.paths[i]).open("rb") as f:
+        with epath(self.paths[i]).open("rb") as f:
             meta = parquet_file(f, self.paths[i]).metadata
             return [meta.row_group(g).num_rows for g in range(meta.num_row_groups)]
 
@@ -155,7 +151,7 @@ class FileReader:
 
     def _parquet(self, piece: Piece, row: int) -> Iterator[tuple[str, int]]:
         rel, key = self.rels[piece.unit], self.text_key
-        with _epath(self.paths[piece.unit]).open("rb") as f:
+        with epath(self.paths[piece.unit]).open("rb") as f:
             pf = parquet_file(f, self.paths[piece.unit])
             names = pf.schema_arrow.names
             if key not in names:
@@ -184,7 +180,7 @@ class FileReader:
 
     def _jsonl(self, piece: Piece, offset: int) -> Iterator[tuple[str, int]]:
         rel, key, path = self.rels[piece.unit], self.text_key, self.paths[piece.unit]
-        with _epath(path).open("rb") as raw:
+        with epath(path).open("rb") as raw:
             f = gzip.GzipFile(fileobj=raw) if path.endswith(".gz") else raw
             line_no = 0 if offset == 0 else None     # line numbers are known when reading from the start
             if offset == piece.start and offset > 0:
@@ -213,7 +209,7 @@ class FileReader:
     def _textfile(self, piece: Piece, position: int) -> Iterator[tuple[str, int]]:
         if position > 0:
             return
-        with _epath(self.paths[piece.unit]).open("rb") as f:
+        with epath(self.paths[piece.unit]).open("rb") as f:
             text = f.read().decode("utf-8", errors="replace")
         if not self.by_file:  # too few files to split by file: the last ~2% of each file
             cut = len(text) - len(text) * VALIDATION_PER_MILLE // 1000

@@ -27,14 +27,10 @@ from edge_jax import distributed
 from edge_jax.data.errors import DataError
 from edge_jax.data.sources import Source
 from edge_jax.data.tokenizers import tokenizer_dtype
+from edge_jax.utils.storage import epath
 
 PREPARE_PIECES = 64       # a split is prepared in at least this many pieces (one per file when more)
 ENCODE_CHARS = 1 << 19    # characters tokenised at a time
-
-
-def _path(where: str):
-    from etils import epath
-    return epath.Path(where)
 
 
 def shards_dir(tokens_dir: str, source: Source, split: str, tok) -> str:
@@ -43,7 +39,7 @@ def shards_dir(tokens_dir: str, source: Source, split: str, tok) -> str:
 
 def is_prepared(root: str) -> bool:
     """Whether the shards at ``root`` are complete (their manifest is written last)."""
-    return (_path(root) / "manifest.json").exists()
+    return (epath(root) / "manifest.json").exists()
 
 
 def doc_tokens(texts, tok, dtype) -> Iterator[np.ndarray]:
@@ -75,7 +71,7 @@ def prepare(source: Source, split: str, tok, tokens_dir: str,
             progress: Callable[[int, int], None] | None = None) -> str:
     """Prepare ``split`` of the leaf source ``source`` under ``tokens_dir`` (see the module docstring);
     return its directory. Every process of a job must call it (they share the work)."""
-    root = _path(shards_dir(tokens_dir, source, split, tok))
+    root = epath(shards_dir(tokens_dir, source, split, tok))
     if is_prepared(str(root)):
         return str(root)
     root.mkdir(parents=True, exist_ok=True)
@@ -119,7 +115,7 @@ class TokenShards:
         self.roots, files, counts = list(roots), [], []
         dtypes = set()
         for root in self.roots:
-            meta = json.loads((_path(root) / "manifest.json").read_text())
+            meta = json.loads((epath(root) / "manifest.json").read_text())
             dtypes.add(meta["dtype"])
             files += [os.path.join(root, s["file"]) for s in meta["shards"]]
             counts += [int(s["tokens"]) for s in meta["shards"]]
@@ -159,7 +155,7 @@ class TokenShards:
         size = self.dtype.itemsize
         path = self.files[i]
         if "://" in path:
-            with _path(path).open("rb") as f:
+            with epath(path).open("rb") as f:
                 f.seek(offset * size)
                 data = f.read(n * size)
         else:

@@ -24,6 +24,7 @@ from edge_jax.interop.hf_state import (
     rope_settings,
 )
 from edge_jax.models.decoder import ModelConfig
+from edge_jax.utils.extras import require
 
 
 def model_config_from_hf(hf_config) -> ModelConfig:
@@ -113,6 +114,7 @@ def load_safetensors(path_or_dir: str | os.PathLike) -> tuple[ModelConfig, dict]
     ``path_or_dir`` is the checkpoint directory or one ``.safetensors`` file (``config.json`` beside it).
     """
     path = os.fspath(path_or_dir)
+    require("safetensors", f"reading the checkpoint {path}")
     if os.path.isdir(path):
         directory = path
         index = os.path.join(path, "model.safetensors.index.json")

@@ -5,7 +5,6 @@ import json
 import math
 import os
 
-from tensorboardX import SummaryWriter
 from tqdm import tqdm
 
 from edge_jax.utils.atomic import write_text_atomic
@@ -35,6 +34,7 @@ class MetricsWriter:
         if enabled:
             kept = [r for r in read_jsonl(self.path) if r.get("step", 0) <= start_step]
             write_text_atomic(self.path, "".join(json.dumps(r) + "\n" for r in kept))
+            from tensorboardX import SummaryWriter  # here: it imports torch where that is installed (seconds)
             self._tb = SummaryWriter(os.path.join(workdir, "tb"), purge_step=start_step + 1)
         self._bar = tqdm(total=total_steps, initial=start_step, disable=not enabled, dynamic_ncols=True,
                          mininterval=1.0 if os.isatty(2) else 30.0)

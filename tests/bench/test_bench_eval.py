@@ -7,12 +7,9 @@ import json
 import jax
 import numpy as np
 import pytest
+from helpers import require_extra
 
-pytest.importorskip("lm_eval")
-pytest.importorskip("torch")
-pytest.importorskip("transformers")
-pytest.importorskip("tokenizers")
-pytest.importorskip("accelerate")
+pytestmark = require_extra("lm_eval", "accelerate", "torch", "transformers")
 
 from edge_jax.bench import eval as bench_eval  # noqa: E402
 from edge_jax.errors import ConfigError  # noqa: E402

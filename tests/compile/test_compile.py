@@ -2,20 +2,17 @@
 the grid's compile table. TPU compiles need libtpu (the tpu extra, which CI installs); they use
 a 4-chip slice and tiny models so each takes seconds."""
 import dataclasses
-import importlib.util
 import re
 
 import jax
 import pytest
+from helpers import needs_extra
 
 from edge_jax.compile import aot, fit
 from edge_jax.compile.chips import CHIPS, Target, make_target, slice_shape
 from edge_jax.compile.command import parse_mesh
 from edge_jax.compile.report import estimate
 from edge_jax.config import ConfigError
-
-needs_libtpu = pytest.mark.skipif(importlib.util.find_spec("libtpu") is None,
-                                  reason="libtpu not installed (pip install -e '.[tpu]')")
 
 
 @pytest.mark.parametrize("name,want", [("v5p-128", ("v5p", "4x4x4")), ("v5e-256", ("v5e", "16x16")),
@@ -115,7 +112,7 @@ def test_roofline_is_the_larger_bound():
     assert est.step_s == pytest.approx(1 / 8) and est.mfu == pytest.approx(4.0)
 
 
-@needs_libtpu
+@needs_extra("libtpu")
 def test_tpu_compile_fits_and_estimates(tiny_config):
     target = make_target("v5e-4")
     assert len(target.devices) == 4 and target.chip is CHIPS["v5e"]
@@ -125,7 +122,7 @@ def test_tpu_compile_fits_and_estimates(tiny_config):
     assert est.step_s > 0 and 0 < est.mfu < 1
 
 
-@needs_libtpu
+@needs_extra("libtpu")
 def test_a_chunked_loss_cuts_the_logits_temporaries(tiny_config):
     """The fix the compile tables revealed for a large vocabulary: float32 logits are most of a
     step's temporaries, and ``train.loss_chunk`` keeps one chunk of them alive at a time."""
@@ -155,14 +152,14 @@ def _too_big(tiny_config):
                                    "model.n_layers": 1})
 
 
-@needs_libtpu
+@needs_extra("libtpu")
 def test_tpu_out_of_memory_is_reported(tiny_config):
     target = make_target("v5e-4")
     out = fit.compile_with_fix(_too_big(tiny_config), target, lambda cc: aot.compile_train(cc, target), search=False)
     assert not out.fits and out.stats is None and out.oom.short_by > 0 and out.fix is None
 
 
-@needs_libtpu
+@needs_extra("libtpu")
 @pytest.mark.slow
 def test_tpu_out_of_memory_gets_a_confirmed_fix(tiny_config):
     """The compiler refuses the step; a cheaper candidate (remat, micro-batches) it accepts is named."""
@@ -185,13 +182,6 @@ def test_grid_compile_table(tmp_path, monkeypatch):
     text = path.read_text()
     assert path.name == "tiny_compile.md" and "## cpu:8" in text and "| est. MFU |" in text
     assert all(f"| {cell} | data=1,fsdp=8,tensor=1 |" in text for cell in ("mla", "gqa", "mha"))
-
-
-def test_without_libtpu_the_error_names_the_extra(monkeypatch):
-    from edge_jax.compile import chips
-    monkeypatch.setattr(chips.importlib.util, "find_spec", lambda name: None)
-    with pytest.raises(ConfigError, match=r"needs libtpu; install the tpu extra: pip install -e '.\[tpu\]'"):
-        chips.make_target("v5e-4")
 
 
 @pytest.mark.parametrize("extra", [{}, {"model.remat": "full"}, {"train.grad_accum": 2, "data.batch_size": 16,
@@ -280,7 +270,7 @@ def test_grid_runs_keep_stages_and_stand_in_for_their_weights():
     assert found["edgeinfinite"][1]["train.steps"] == 0  # evaluates only: compile_grid skips it
 
 
-@needs_libtpu
+@needs_extra("libtpu")
 @pytest.mark.slow
 def test_the_command_prints_the_step_as_it_fits(tiny_config):
     from edge_jax.compile.command import report
@@ -292,7 +282,7 @@ def test_the_command_prints_the_step_as_it_fits(tiny_config):
     assert "with the fix: est. MFU" in text and "with the fix: total / device" in text
 
 
-@needs_libtpu
+@needs_extra("libtpu")
 def test_library_attention_kernel_in_a_compiled_tpu_step(tiny_config):
     """``model.kernels=pallas`` compiles the train step for TPU with splash attention (Mosaic, per
     shard under shard_map, chosen for the target though this process runs on CPU): the float32

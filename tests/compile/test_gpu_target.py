@@ -7,6 +7,7 @@ import subprocess
 import sys
 
 import pytest
+from helpers import needs_extra
 
 from edge_jax.compile import aot, fit, gpus
 from edge_jax.compile.chips import Chip, Target, make_target
@@ -14,7 +15,7 @@ from edge_jax.compile.command import report
 from edge_jax.compile.report import estimate
 from edge_jax.config import ConfigError
 
-needs_plugin = pytest.mark.skipif(not gpus.has_plugin(), reason="needs the cuda extra (pip install -e '.[cuda]')")
+needs_plugin = needs_extra("jax_plugins.xla_cuda12")
 
 
 def test_names():
@@ -29,12 +30,6 @@ def test_target_config_states_the_card():
                   "cuda_compute_capability { major: 9 minor: 0 }", f"device_memory_size: {81559 * 2 ** 20}"):
         assert field in text, field
     assert "major: 8 minor: 0" in gpus.target_config(gpus.CARDS["a100"])
-
-
-def test_without_the_plugin_the_error_names_the_extra(monkeypatch):
-    monkeypatch.setattr(gpus, "has_plugin", lambda: False)
-    with pytest.raises(ConfigError, match=r"needs the CUDA plugin; install the cuda extra"):
-        make_target("h100")
 
 
 def test_slices_are_for_tpus_only():

@@ -1,9 +1,9 @@
 """Every ``--topology`` name the compile command lists is one libtpu builds, and a name it does not
 list is refused in one line that gives the valid ones."""
-import importlib.util
 import math
 
 import pytest
+from helpers import needs_extra
 
 from edge_jax.cli import main
 from edge_jax.compile import gpus
@@ -26,7 +26,7 @@ def test_host_bounds_are_2x2x1_except_along_odd_sides():
     assert host_bounds([3, 3, 3]) == (1, 1, 1)
 
 
-@pytest.mark.skipif(importlib.util.find_spec("libtpu") is None, reason="libtpu not installed (pip install -e '.[tpu]')")
+@needs_extra("libtpu")
 def test_libtpu_builds_every_listed_topology():
     for name in TPU_NAMES:  # each is a topology description, no compile: well under a second for all
         gen, shape = slice_shape(name)

@@ -17,12 +17,11 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from helpers import require_extra
 
-lm_eval = pytest.importorskip("lm_eval")
-torch = pytest.importorskip("torch")
-transformers = pytest.importorskip("transformers")
-tokenizers = pytest.importorskip("tokenizers")
-pytest.importorskip("accelerate")  # lm-eval's HF backend imports it (lm-eval[hf])
+pytestmark = require_extra("lm_eval", "accelerate", "torch", "transformers")  # accelerate: HFLM
+import lm_eval  # noqa: E402
+import torch  # noqa: E402
 
 from edge_jax.data.tokenizers import HfTokenizer  # noqa: E402
 from edge_jax.eval import benchmarks, tiny_hf  # noqa: E402

@@ -4,9 +4,11 @@ import json
 
 import numpy as np
 import pytest
+from helpers import require_extra
 
-torch = pytest.importorskip("torch")
-transformers = pytest.importorskip("transformers")
+pytestmark = require_extra("torch", "transformers")
+import torch  # noqa: E402
+import transformers  # noqa: E402
 
 from edge_jax.interop import deepseek_v2  # noqa: E402
 from edge_jax.interop.deepseek_v2 import (  # noqa: E402

@@ -3,10 +3,11 @@ import json
 
 import numpy as np
 import pytest
+from helpers import require_extra
 
-torch = pytest.importorskip("torch")
-transformers = pytest.importorskip("transformers")
-pytest.importorskip("safetensors")
+pytestmark = require_extra("torch", "transformers", "safetensors")
+import torch  # noqa: E402
+import transformers  # noqa: E402
 
 from edge_jax.interop.qwen3 import (  # noqa: E402
     load_hf_model,

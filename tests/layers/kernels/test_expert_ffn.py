@@ -5,7 +5,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from helpers import check_expert_rows, compile_for_tpu, emulated, expert_group, needs_libtpu
+from helpers import check_expert_rows, compile_for_tpu, emulated, expert_group, needs_extra
 from jax.sharding import PartitionSpec as P
 
 from edge_jax.bench.kernels import KERNEL_CASES, rel_error
@@ -94,7 +94,7 @@ TPU = {  # (G, C, D, F, dtype, block sizes)
 }
 
 
-@needs_libtpu
+@needs_extra("libtpu")
 @pytest.mark.parametrize("name", sorted(TPU))
 def test_compiles_for_tpu(name):
     G, C, D, F, dtype, blocks = TPU[name]

@@ -4,7 +4,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from helpers import compile_for_tpu, needs_libtpu
+from helpers import compile_for_tpu, needs_extra
 from jax.sharding import PartitionSpec as P
 
 from edge_jax.layers.kernels import backend, flash
@@ -79,7 +79,7 @@ def test_decoder_logits_with_the_library_kernel():
     np.testing.assert_array_equal(model("auto").apply(params, tokens), want)
 
 
-@needs_libtpu
+@needs_extra("libtpu")
 def test_splash_compiles_for_tpu():
     B, T, H, G, K = 4, 2048, 8, 2, 128
     fn = lambda q, k, v: flash.splash_attention(q, k, v, block=512, interpret=False)  # noqa: E731

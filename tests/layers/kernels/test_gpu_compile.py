@@ -10,6 +10,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from helpers import needs_extra
 
 from edge_jax.compile import gpus
 from edge_jax.layers.kernels import backend
@@ -17,7 +18,7 @@ from edge_jax.layers.kernels.expert_ffn import expert_ffn
 from edge_jax.layers.kernels.mla_decode import mla_decode
 from edge_jax.layers.kernels.segment_attention import segment_attention
 
-pytestmark = [pytest.mark.skipif(not gpus.has_plugin(), reason="needs the cuda extra (pip install -e '.[cuda]')"),
+pytestmark = [needs_extra("jax_plugins.xla_cuda12"),
               pytest.mark.skipif(not backend.TRITON, reason="this JAX has no Pallas Triton backend")]
 CARDS = ["h100", "h200"]
 NO_SPILLS = {"xla_gpu_fail_ptx_compilation_on_register_spilling": True}

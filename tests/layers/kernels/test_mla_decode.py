@@ -7,7 +7,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from helpers import compile_for_tpu, emulated, needs_libtpu, perturbed
+from helpers import compile_for_tpu, emulated, needs_extra, perturbed
 from jax.sharding import PartitionSpec as P
 
 from edge_jax.infer import decode as D
@@ -124,7 +124,7 @@ def test_model_decode_same_logits_with_pallas_and_xla(variant):
     np.testing.assert_allclose(logits["pallas"], full[:, 3:], atol=1e-5, rtol=0)
 
 
-@needs_libtpu
+@needs_extra("libtpu")
 def test_compiles_for_tpu_at_plm_shape():
     """PLM-1.8B's attention (16 heads, d_c 512, d_rope 64), 8K slots, bf16, batch 4 over v5e:2x2."""
     B, Hp, Cp, Rp, S = 4, 16, 512, 64, 8192

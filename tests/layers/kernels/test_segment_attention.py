@@ -8,7 +8,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from helpers import compile_for_tpu, emulated, needs_libtpu, perturbed
+from helpers import compile_for_tpu, emulated, needs_extra, perturbed
 from jax.sharding import PartitionSpec as P
 from jax.test_util import check_grads
 
@@ -161,7 +161,7 @@ def test_bad_blocks_and_shapes_are_refused():
         segment_attention(args[0][:, :, :3], *args[1:])
 
 
-@needs_libtpu
+@needs_extra("libtpu")
 @pytest.mark.parametrize("N,L,S", [(2, 512, 128), (1, 200, 300)], ids=["segments", "remaining_unaligned_sink"])
 def test_segment_attention_compiles_for_tpu(N, L, S):
     """bf16, B*N rows sharded over a v5e 2x2 slice: 2 segments of 512 behind a 128-token sink, and a
