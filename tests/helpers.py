@@ -1,6 +1,8 @@
 """Shared test helpers (importable from any test module: conftest.py puts tests/ on sys.path)."""
 import contextlib
 import json
+import os
+import sys
 
 import flax.linen as nn
 import jax
@@ -45,8 +47,9 @@ def require_extra(*modules: str):
     """At the top of a test module, before it imports ``modules``: skip the whole module unless all are
     installed; else the module's marker (``pytestmark = require_extra(...)``, as :func:`needs_extra`)."""
     reason = missing_extra(modules)
-    if reason:
-        pytest.skip(reason, allow_module_level=True)
+    if reason:  # pytest reports this line as the place: name the module in the reason
+        module = os.path.relpath(sys._getframe(1).f_code.co_filename)
+        pytest.skip(f"{module}: {reason}", allow_module_level=True)
     return needs_extra(*modules)
 
 
