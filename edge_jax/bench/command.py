@@ -23,9 +23,10 @@ DEFAULTS = {"repeats": 5}  # shared flags given neither on the command line nor 
 
 
 def _defaults_help(key: str, fallback: object | None = None) -> str:
-    """``default 5, long-context 1``: the harness's default for ``key`` and each benchmark's own."""
+    """``default 5, long-context 1``: the harness's default for ``key`` and each benchmark's own, by name (the
+    registration order depends on which module a process imported first)."""
     parts = [] if fallback is None else [str(fallback)]
-    parts += [f"{name} {bench.defaults[key]}" for name, bench in BENCHMARKS.items() if key in bench.defaults]
+    parts += [f"{name} {bench.defaults[key]}" for name, bench in sorted(BENCHMARKS.items()) if key in bench.defaults]
     return ("default " if fallback is not None else "default: ") + ", ".join(parts)
 
 
