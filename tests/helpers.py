@@ -28,12 +28,9 @@ def rms_ref(x, scale, eps=1e-6):
 
 def missing_extra(modules) -> str | None:
     """Why a test of ``modules`` cannot run here (the extra that installs the first missing one), or None."""
-    from edge_jax.utils.extras import PACKAGES, installed
+    from edge_jax.utils.extras import MissingExtra, installed
     missing = next((m for m in modules if not installed(m)), None)
-    if missing is None:
-        return None
-    extra = PACKAGES[missing.partition(".")[0]]
-    return f"needs the {extra} extra ({missing} is not installed): pip install -e '.[{extra}]'"
+    return None if missing is None else str(MissingExtra("this test", missing))
 
 
 def needs_extra(*modules: str):
