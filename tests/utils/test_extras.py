@@ -86,9 +86,13 @@ def run_child(hidden: list[str], features: list, tmp) -> dict:
 
 
 def scratch(tmp):
-    """The files the features read: a checkpoint directory, never opened (the refusal comes first)."""
+    """The files the features read: a checkpoint directory with a usable config.json (so that a refusal that
+    comes late still meets the missing package, not a bad config) and a weights file never opened."""
     (tmp / "hf_ckpt").mkdir()
-    (tmp / "hf_ckpt" / "config.json").write_text(json.dumps({"model_type": "qwen3"}))
+    (tmp / "hf_ckpt" / "config.json").write_text(json.dumps({
+        "model_type": "qwen3", "vocab_size": 300, "hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4,
+        "num_key_value_heads": 2, "head_dim": 16, "intermediate_size": 128, "rms_norm_eps": 1e-6,
+        "max_position_embeddings": 128, "rope_theta": 10000.0, "tie_word_embeddings": False}))
     (tmp / "hf_ckpt" / "model.safetensors").write_bytes(b"not read")
 
 
