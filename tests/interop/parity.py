@@ -1,0 +1,69 @@
+"""What every family's parity test does with a random tiny transformers model (no download): import its
+state dict, compare logits, top-k experts and greedy decoding with transformers, and export it back.
+
+Import this module only from a test that already required torch and transformers.
+"""
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from edge_jax.interop.convert import hf_from_params, model_config_from_hf, params_from_hf
+from edge_jax.models.decoder import DecoderLM
+
+
+def perturb_norms(model, seed: int = 0) -> None:
+    """Norm weights (and biases) leave their init of 1 (0), so scale conventions are exercised."""
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if "norm" in name or "layernorm" in name:
+                p.copy_((1.0 if name.endswith("weight") else 0.0) + 0.3 * torch.randn(p.shape, generator=g))
+
+
+def random_tokens(vocab: int, batch: int = 2, length: int = 24, seed: int = 1) -> np.ndarray:
+    return np.random.default_rng(seed).integers(1, vocab, size=(batch, length), dtype=np.int64)
+
+
+def imported(model):
+    """``(family name, family, cfg, params)`` of an in-memory transformers model, float32."""
+    name, fam, cfg = model_config_from_hf(model.config.to_dict())
+    params = params_from_hf(fam, cfg, model.state_dict())
+    params = {"params": _f32(params["params"])}
+    return name, fam, cfg, params
+
+
+def _f32(tree):
+    return {k: _f32(v) if isinstance(v, dict) else np.asarray(v, np.float32) for k, v in tree.items()}
+
+
+def hf_logits(model, tokens: np.ndarray) -> np.ndarray:
+    with torch.no_grad():
+        return model(torch.from_numpy(tokens)).logits.float().numpy()
+
+
+def our_logits(cfg, params, tokens: np.ndarray) -> np.ndarray:
+    return np.asarray(DecoderLM(cfg).apply(params, tokens.astype(np.int32)))
+
+
+def max_logit_diff(model, tokens: np.ndarray) -> float:
+    """max |Δ logits| between transformers and our import of ``model`` on ``tokens``."""
+    _, _, cfg, params = imported(model)
+    return float(np.max(np.abs(hf_logits(model, tokens) - our_logits(cfg, params, tokens))))
+
+
+def exported_state(model) -> dict:
+    """Our import of ``model`` exported back to an HF state dict of torch tensors."""
+    _, fam, cfg, params = imported(model)
+    return {k: torch.from_numpy(np.array(v)) for k, v in hf_from_params(fam, cfg, params)}
+
+
+def assert_roundtrip(model) -> None:
+    """Import then export gives back every tensor of the state dict, bit for bit."""
+    tied = model.config.to_dict().get("tie_word_embeddings")
+    state = {k: v for k, v in model.state_dict().items()
+             if not k.endswith("rotary_emb.inv_freq") and not (tied and k == "lm_head.weight")}
+    back = exported_state(model)
+    assert sorted(back) == sorted(state)
+    for k, v in state.items():
+        assert torch.equal(back[k].to(v.dtype), v), k
