@@ -1,4 +1,4 @@
-"""``edge-jax`` command line: train | eval | grid | bench | data | summary | params | launch | moe | cache | analyze.
+"""``edge-jax`` command line: train | eval | grid | bench | data | hf | summary | params | launch | moe | cache | analyze.
 
 Config options follow big_vision: ``--config configs/lm.py:size=tiny --config.train.steps=200``.
 Errors a user can fix (:class:`edge_jax.errors.UserError`) are printed as one line
@@ -116,6 +116,10 @@ def _add_core_commands(sub) -> None:
     from edge_jax.data import command as data_command
     p = sub.add_parser("data", help="prepare a dataset's token shards once (edge-jax data prepare)")
     data_command.add_arguments(p)
+    from edge_jax.hf import command as hf_command
+    p = sub.add_parser("hf", help="HF checkpoints in and out: edge-jax hf import SRC --workdir W | hf export "
+                                  "--workdir W --out DIR (docs/interop.md)")
+    hf_command.add_arguments(p)
     from edge_jax.grid import summary
     p = sub.add_parser("summary", help="one row per ablation grid: the paper's pairs that agree, disagree or "
                                        "are within noise")

@@ -32,6 +32,7 @@ from edge_jax.train.preemption import PreemptionWatch
 from edge_jax.train.setup import build, check_tokenizer
 from edge_jax.train.state import abstract_train_state, create_train_state
 from edge_jax.train.step import make_eval_step, make_train_step
+from edge_jax.train.workdir import imported_from
 from edge_jax.utils.atomic import write_json_atomic
 
 
@@ -82,6 +83,10 @@ def save_config(config, workdir: str) -> None:
 def train_and_evaluate(config, workdir: str, devices=None) -> dict:
     """Train (resuming from ``workdir`` if it holds a checkpoint), evaluate, return final metrics."""
     distributed.start()
+    source = imported_from(workdir)
+    if source:
+        raise TrainingError(f"{workdir} holds the HF checkpoint imported from {source}, a base to start from; "
+                            f"train from it into a new workdir: --config configs/hf.py:base={workdir} --workdir NEW")
     os.makedirs(workdir, exist_ok=True)
     run = build(config, devices)
     cfg, t = run.config, run.config.train

@@ -18,3 +18,25 @@ def load_workdir_config(workdir: str) -> ml_collections.ConfigDict:
     with open(path) as f:
         saved = upgrade_config(json.load(f))
     return ml_collections.ConfigDict(unflatten({**flatten(schema_defaults(saved).to_dict()), **flatten(saved)}))
+
+
+def on_base(config: ml_collections.ConfigDict, base: str, keep: tuple[str, ...] = ()) -> ml_collections.ConfigDict:
+    """``config`` set to start from the workdir ``base`` (a run, or an HF import: ``edge-jax hf import``):
+    its ``model.*`` keys but those starting with a prefix in ``keep`` (the features the config itself adds on
+    top, e.g. ``("infini_",)``), its tokenizer and vocabulary, and ``init_from=base``."""
+    saved = load_workdir_config(base)
+    for key, value in saved.model.items():
+        if key in config.model and not key.startswith(keep):
+            config.model[key] = value
+    config.data.tokenizer = saved.data.tokenizer
+    config.init_from = os.path.abspath(os.path.expanduser(base))
+    return config
+
+
+def imported_from(workdir: str) -> str | None:
+    """Where an HF import came from (``edge-jax hf import`` wrote ``hf_source.json``), or None."""
+    path = os.path.join(workdir, "hf_source.json")
+    if not os.path.exists(path):
+        return None
+    with open(path) as f:
+        return str(json.load(f).get("source"))

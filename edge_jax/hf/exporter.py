@@ -1,0 +1,125 @@
+"""``edge-jax hf export --workdir W --out DIR [--step N]``: a workdir's params as an HF checkpoint.
+
+DIR gets ``config.json`` (the family's), safetensors shards of at most 5 GB with their index, and the
+tokenizer files (the imported checkpoint's, or the run's ``hf:`` tokenizer.json), written in a
+temporary directory renamed to DIR at the end. The family is the imported one, or the first family
+whose form the model has (:func:`pick_family`). A model with a part HF has no form of is refused
+in one line naming it: a token-indexed memory (MeKi, PLE, Engram), EdgeInfinite's memory gate, an
+NPUMoE capacity plan.
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+
+import numpy as np
+
+from edge_jax.errors import UserError
+from edge_jax.hf.importer import HF_DIR, SOURCE, TOKENIZER_FILES
+from edge_jax.interop.convert import flatten, hf_from_params
+from edge_jax.interop.family import FAMILIES, Unsupported, family_of
+from edge_jax.interop.safetensors_io import write_shards
+
+SHARD_BYTES = 5 * 10**9
+
+
+def no_hf_form(config, cfg) -> str | None:
+    """The part of the model HF has no form of, or None."""
+    if getattr(cfg, "memory", "none") not in ("none", "", None):
+        return (f"model.memory={cfg.memory!r} (a token-indexed memory beside the FFN) has no HF form")
+    if getattr(cfg, "infini_hidden", 0):
+        return "EdgeInfinite's memory gate (model.infini_*) has no HF form"
+    strategy = config.get("moe", {}).get("strategy", "dropless")
+    if strategy != "dropless":
+        return (f"the MoE capacity plan (moe.strategy={strategy!r}) has no HF form; the experts export from a "
+                "run with moe.strategy=dropless")
+    return None
+
+
+def pick_family(workdir: str, cfg, params_flat: dict) -> tuple[str, object]:
+    """The imported family, else the first registered one whose tensor map covers ``params_flat``."""
+    source = os.path.join(workdir, SOURCE)
+    if os.path.exists(source):
+        with open(source) as f:
+            return family_of(json.load(f)["model_type"])
+    from edge_jax.interop import families  # noqa: F401  (registers them)
+
+    why = []
+    for name, fam in FAMILIES.items():
+        try:
+            fam.hf_config(cfg)
+            if {t.ours for t in fam.tensors(cfg)} == set(params_flat):
+                return name, fam
+            why.append(f"{name}: other params")
+        except Unsupported as e:
+            why.append(f"{name}: {e}")
+    raise Unsupported(f"no HF family has this model's form ({'; '.join(why)})")
+
+
+def export_workdir(workdir: str, out: str, step: int = 0, say=print, max_shard_bytes: int = SHARD_BYTES) -> dict:
+    """Write the HF checkpoint of ``workdir``'s step ``step`` (0: the newest) to the new directory ``out``."""
+    from edge_jax.train.init_from import restore_params
+    from edge_jax.train.setup import model_config
+
+    final = os.path.abspath(os.path.expanduser(out))
+    if os.path.exists(final) and (not os.path.isdir(final) or os.listdir(final)):
+        raise UserError(f"--out {out} already exists and is not empty; pass a new directory")
+    from edge_jax.train.workdir import load_workdir_config
+
+    config = load_workdir_config(workdir)
+    cfg = model_config(config)
+    reason = no_hf_form(config, cfg)
+    if reason:
+        raise Unsupported(f"cannot export {workdir}: {reason}")
+    _check_step(workdir, step)
+    params, config = restore_params(workdir, step)
+    flat = flatten(params)
+    name, fam = pick_family(workdir, cfg, flat)
+    hf_config = {**fam.hf_config(cfg), "dtype": str(np.dtype(next(iter(flat.values())).dtype))}
+    entries = fam.tensors(cfg)
+    items = []
+    for t in entries:
+        if not getattr(t, "exported", True):  # a part of a tensor another entry writes whole
+            continue
+        dtype = np.dtype(flat[t.ours].dtype)
+        items += [(n, t.hf_shape, dtype) for n in t.hf]
+    parent = os.path.dirname(final)
+    os.makedirs(parent, exist_ok=True)
+    tmp = tempfile.mkdtemp(prefix=f".{os.path.basename(final)}.exporting-", dir=parent)
+    try:
+        files = write_shards(tmp, items, lambda: (a for _, a in hf_from_params(fam, cfg, params)), max_shard_bytes)
+        with open(os.path.join(tmp, "config.json"), "w") as f:
+            json.dump(hf_config, f, indent=2)
+        _copy_tokenizer(workdir, config, tmp)
+        if os.path.isdir(final):
+            os.rmdir(final)
+        os.rename(tmp, final)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return {"family": name, "files": len(files), "tensors": len(items),
+            "bytes": int(sum(int(np.prod(s)) * d.itemsize for _, s, d in items))}
+
+
+def _check_step(workdir: str, step: int) -> None:
+    steps = sorted(int(n) for n in os.listdir(os.path.join(workdir, "checkpoints")) if n.isdigit()) \
+        if os.path.isdir(os.path.join(workdir, "checkpoints")) else []
+    if not steps:
+        raise UserError(f"{workdir} has no checkpoints; train or import into it first")
+    if step and step not in steps:
+        raise UserError(f"{workdir} has no checkpoint at --step {step}; its steps: {', '.join(map(str, steps))}")
+
+
+def _copy_tokenizer(workdir: str, config, dest: str) -> None:
+    """The imported checkpoint's tokenizer files, else the run's own ``hf:`` tokenizer.json."""
+    kept = os.path.join(workdir, HF_DIR)
+    if os.path.isdir(kept):
+        for name in TOKENIZER_FILES:
+            if os.path.exists(os.path.join(kept, name)):
+                shutil.copy2(os.path.join(kept, name), os.path.join(dest, name))
+        return
+    kind, _, path = str(config.data.tokenizer).partition(":")
+    if kind == "hf" and os.path.exists(path):
+        shutil.copy2(path, os.path.join(dest, "tokenizer.json"))
