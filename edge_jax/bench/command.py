@@ -12,6 +12,7 @@ import argparse
 import edge_jax.bench.checkpoint  # noqa: F401  (registers checkpoint: checksums and async saves)
 import edge_jax.bench.data  # noqa: F401  (registers data: the input pipeline)
 import edge_jax.bench.eval  # noqa: F401  (registers eval: our scorer against lm-eval)
+import edge_jax.bench.hf_import  # noqa: F401  (registers import: peak memory of edge-jax hf import)
 import edge_jax.bench.kernels  # noqa: F401  (registers kernels: the registered Pallas kernels)
 import edge_jax.bench.train_step  # noqa: F401  (registers train-step, the generic benchmark)
 from edge_jax.errors import ConfigError

@@ -25,10 +25,18 @@ def random_tokens(vocab: int, batch: int = 2, length: int = 24, seed: int = 1) -
     return np.random.default_rng(seed).integers(1, vocab, size=(batch, length), dtype=np.int64)
 
 
+def checkpoint_state(model) -> dict:
+    """``model``'s state dict in the checkpoint layout (what ``save_pretrained`` writes): transformers 5
+    fuses some tensors in memory (MoE experts into ``experts.gate_up_proj``), the checkpoint keeps them apart."""
+    from transformers.core_model_loading import revert_weight_conversion
+
+    return dict(revert_weight_conversion(model, model.state_dict()))
+
+
 def imported(model):
     """``(family name, family, cfg, params)`` of an in-memory transformers model, float32."""
     name, fam, cfg = model_config_from_hf(model.config.to_dict())
-    params = params_from_hf(fam, cfg, model.state_dict())
+    params = params_from_hf(fam, cfg, checkpoint_state(model))
     params = {"params": _f32(params["params"])}
     return name, fam, cfg, params
 
@@ -61,9 +69,22 @@ def exported_state(model) -> dict:
 def assert_roundtrip(model) -> None:
     """Import then export gives back every tensor of the state dict, bit for bit."""
     tied = model.config.to_dict().get("tie_word_embeddings")
-    state = {k: v for k, v in model.state_dict().items()
+    state = {k: v for k, v in checkpoint_state(model).items()
              if not k.endswith("rotary_emb.inv_freq") and not (tied and k == "lm_head.weight")}
     back = exported_state(model)
     assert sorted(back) == sorted(state)
     for k, v in state.items():
         assert torch.equal(back[k].to(v.dtype), v), k
+
+
+def greedy_tokens(model, prompt: np.ndarray, new_tokens: int = 16) -> tuple[np.ndarray, np.ndarray]:
+    """``(ours, theirs)``: ``new_tokens`` greedy continuations of ``prompt`` [B, T] by our KV-cache decoder
+    (:func:`edge_jax.infer.decode.greedy_decode`) and by transformers' ``generate``."""
+    from edge_jax.infer.decode import greedy_decode
+
+    _, _, cfg, params = imported(model)
+    ours = greedy_decode(DecoderLM(cfg), params["params"], prompt.astype(np.int32), new_tokens)
+    with torch.no_grad():
+        out = model.generate(torch.from_numpy(prompt), max_new_tokens=new_tokens, min_new_tokens=new_tokens,
+                             do_sample=False, num_beams=1, pad_token_id=0, eos_token_id=None)
+    return np.asarray(ours), out[:, prompt.shape[1]:].numpy()
