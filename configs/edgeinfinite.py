@@ -9,7 +9,8 @@
     edge-jax train --config configs/edgeinfinite.py:method=snapkv --config.init_from=/tmp/ei_base \\
         --workdir /tmp/ei_snapkv                                  # a KV-cache baseline: evaluation only
 
-Arguments: size (tiny, paper), stage (copy, tiny only: a schedule of the base LM on longctx and copies,
+Arguments: size (tiny, paper), base (a workdir whose model is the frozen base, e.g. an HF import:
+``edge-jax hf import``; the gate stage's model, tokenizer and init_from come from it), stage (copy, tiny only: a schedule of the base LM on longctx and copies,
 run twice, the second from the first's weights; base: train the dense base LM, the tiny one from the
 second copy run's weights; gate: train only the memory-gating module on the frozen base from init_from,
 then evaluate), method (edgeinfinite, or any other KV_METHODS name, a KV-cache baseline: no training,
@@ -40,6 +41,7 @@ from edge_jax.infer.kv_baselines import KV_METHODS
 from edge_jax.models.presets import sized_config
 from edge_jax.papers.edgeinfinite.config import GATE
 from edge_jax.papers.edgeinfinite.layouts import table2_lengths
+from edge_jax.train.workdir import on_base
 
 GATE_LR = (".*memory_gate/g=10.0",)  # the gate logits learn at 10 x train.lr (0.05 at lr 0.005)
 
@@ -76,7 +78,7 @@ PAPER = dict(
 
 
 def get_config(arg=None):
-    a = parse_arg(arg, size="tiny", stage="gate", method="edgeinfinite")
+    a = parse_arg(arg, size="tiny", stage="gate", method="edgeinfinite", base="")
     choices = (("size", a.size, tuple(SIZES)), ("stage", a.stage, STAGES), ("method", a.method, KV_METHODS.names()))
     for key, value, valid in choices:
         if value not in valid:
@@ -106,6 +108,10 @@ def get_config(arg=None):
         c.train.trainable = GATE
     else:  # a KV-cache baseline evaluates the base as it is
         c.train.steps = 0
+    if a.base:  # an imported or trained base: its model (but the memory's own keys) and init_from
+        if a.stage != "gate":
+            raise ConfigError("base= gives the gate stage its frozen base; use it with stage=gate")
+        on_base(c, a.base, keep=("infini_",))
     if a.size == "tiny":
         sizes = (c.model.infini_sink, c.model.infini_window, c.model.infini_segment)
         c.longctx.update(lengths=table2_lengths(preset["lengths"], *sizes),

@@ -5,7 +5,8 @@
     edge-jax train --config configs/npumoe.py:strategy=npumoe --config.init_from=/tmp/moe \\
         --config.train.steps=0 --workdir /tmp/moe_npumoe                             # evaluate under a plan
 
-Arguments: size (tiny, paper), strategy (the moe.strategy the run uses: dropless, ragged, uniform,
+Arguments: size (tiny, paper), base (a workdir whose MoE model to run, e.g. an HF import: ``edge-jax hf
+import``; model, tokenizer and init_from come from it), strategy (the moe.strategy the run uses: dropless, ragged, uniform,
 npumoe; default uniform). A capacity-bound strategy
 needs calibrated loads, so evaluate it with ``train.steps=0`` and ``init_from`` (it calibrates first)
 or pass ``moe.plan``. Training uses ``uniform`` at capacity factor 2 (twice the base ``chunk*k/E``, one
@@ -24,6 +25,7 @@ top-2, 32 layers, d 4096, 32/8 heads x 128, vocabulary 32064).
 from edge_jax.config import ConfigError, parse_arg
 from edge_jax.layers.moe.strategies import MOE_STRATEGIES
 from edge_jax.models.presets import sized_config
+from edge_jax.train.workdir import on_base
 
 SIZES = {"tiny": "tiny", "paper": "phimoe"}
 MOE = {"tiny": dict(moe_experts=16, moe_top_k=2, moe_d_ff=128, moe_aux_weight=0.0),
@@ -33,7 +35,7 @@ TINY_TRAIN = dict(data=dict(seq_len=256, batch_size=16),
 
 
 def get_config(arg=None):
-    a = parse_arg(arg, size="tiny", strategy="uniform")
+    a = parse_arg(arg, size="tiny", strategy="uniform", base="")
     for key, value, valid in (("size", a.size, tuple(SIZES)), ("strategy", a.strategy, MOE_STRATEGIES.names())):
         if value not in valid:
             raise ConfigError(f"unknown {key} {value!r} for configs/npumoe.py; valid: {', '.join(valid)}")
@@ -42,6 +44,8 @@ def get_config(arg=None):
     if a.size == "tiny":
         for section, values in TINY_TRAIN.items():
             c[section].update(values)
+    if a.base:  # an imported or trained MoE: its model, tokenizer and init_from
+        on_base(c, a.base)
     c.moe.strategy = a.strategy
     if a.strategy == "uniform":  # training: capacity factor 2 (2x the base chunk*k/E), dropped by position
         c.moe.update(capacity=2 * c.moe.chunk * c.model.moe_top_k // c.model.moe_experts, group=16,

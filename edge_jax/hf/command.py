@@ -10,6 +10,7 @@ from __future__ import annotations
 import time
 
 from edge_jax.utils.args import at_least, output_dir, trained_workdir
+from edge_jax.utils.extras import require
 
 
 def add_arguments(parser) -> None:
@@ -42,6 +43,9 @@ def run_import(args, overrides) -> int:
     from edge_jax.hf.importer import import_checkpoint
 
     output_dir(args.workdir, "--workdir")
+    if args.check:  # before any work: the comparison needs them
+        for package in ("torch", "transformers"):
+            require(package, "hf import --check")
     t0 = time.perf_counter()
     record = import_checkpoint(args.src, args.workdir)
     print(f"imported {record['family']} ({record['params']:,} params, {record['dtype']}) from {record['source']} "
@@ -56,6 +60,9 @@ def run_export(args, overrides) -> int:
 
     trained_workdir(args.workdir)
     output_dir(args.out, "--out")
+    if args.check:
+        for package in ("torch", "transformers"):
+            require(package, "hf export --check")
     out = export_workdir(args.workdir, args.out, args.step)
     print(f"exported {args.workdir} as {out['family']}: {out['tensors']} tensors, {out['bytes'] / 2**20:.1f} MiB "
           f"in {out['files']} file(s) to {args.out}", flush=True)

@@ -34,7 +34,8 @@ FEATURES = [
     ("training on a gs:// corpus", ["gcsfs"],
      ["train", "--config", "configs/lm.py:size=tiny", "--workdir", "{tmp}/gs",
       "--config.data.name=parquet:gs://edge-jax-no-bucket/corpus/*.parquet"]),
-    ("reading a safetensors checkpoint", ["safetensors"], ["python:edge_jax.interop.qwen3.load_safetensors", "{tmp}/hf_ckpt"]),
+    ("hf import --check", ["torch", "transformers"], ["hf", "import", "{tmp}/hf_ckpt", "--workdir", "{tmp}/hf_w",
+                                                       "--check"]),
 ]
 
 CHILD = r"""
@@ -93,7 +94,7 @@ def scratch(tmp):
         "model_type": "qwen3", "vocab_size": 300, "hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4,
         "num_key_value_heads": 2, "head_dim": 16, "intermediate_size": 128, "rms_norm_eps": 1e-6,
         "max_position_embeddings": 128, "rope_theta": 10000.0, "tie_word_embeddings": False}))
-    (tmp / "hf_ckpt" / "model.safetensors").write_bytes(b"not read")
+    (tmp / "hf_ckpt" / "model.safetensors").write_bytes(b"not read")  # refused before it is opened
 
 
 EXTRAS = sorted(set(extras.PACKAGES.values()))
