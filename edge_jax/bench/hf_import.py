@@ -53,7 +53,7 @@ def generate(directory: str, size_gb: float, shard_gb: float = 2.0) -> tuple[int
     from edge_jax.interop.safetensors_io import write_shards
 
     per_layer = sum(int(np.prod(s)) * 2 for n, s, _ in _tensors(1) if ".layers." in n)
-    layers = max(1, int((size_gb * 1e9 - 2 * VOCAB * D * 2) // per_layer))
+    layers = max(1, -int(-(size_gb * 1e9 - 2 * VOCAB * D * 2) // per_layer))  # at least size_gb
     items = _tensors(layers)
     block = np.random.default_rng(0).standard_normal(2**20).astype(ml_dtypes.bfloat16) * 0.02
 
