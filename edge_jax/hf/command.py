@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import time
 
+from edge_jax.errors import UserError
 from edge_jax.utils.args import at_least, output_dir, trained_workdir
 from edge_jax.utils.extras import require
 
@@ -26,7 +27,11 @@ def add_arguments(parser) -> None:
     p.add_argument("--workdir", required=True)
     p.add_argument("--out", required=True, help="the new HF checkpoint directory (must not exist or be empty)")
     p.add_argument("--step", type=at_least(0), default=0, help="checkpoint step (0 = the newest)")
-    p.add_argument("--check", action="store_true", help="then load it with transformers and compare logits")
+    p.add_argument("--memory-tables", action="store_true", help="a model with a token-indexed memory (MeKi, PLE, "
+                   "Engram): write the decoder for transformers and the memory's inference form beside it, which "
+                   "only edge-jax hf import reads back")
+    p.add_argument("--check", action="store_true", help="then load it with transformers and compare logits "
+                                                        "(a model without a memory)")
     p.set_defaults(fn=run_export)
 
 
@@ -60,12 +65,17 @@ def run_export(args, overrides) -> int:
 
     trained_workdir(args.workdir)
     output_dir(args.out, "--out")
+    if args.check and args.memory_tables:
+        raise UserError("--check compares with transformers, which runs no memory; drop --check and import the "
+                        "export (edge-jax hf import) to run it with edge_jax")
     if args.check:
         for package in ("torch", "transformers"):
             require(package, "hf export --check")
-    out = export_workdir(args.workdir, args.out, args.step)
+    out = export_workdir(args.workdir, args.out, args.step, memory_tables=args.memory_tables)
     print(f"exported {args.workdir} as {out['family']}: {out['tensors']} tensors, {out['bytes'] / 2**20:.1f} MiB "
-          f"in {out['files']} file(s) to {args.out}", flush=True)
+          f"in {out['files']} file(s) to {args.out}"
+          + (f", and {out['memory_tables']} memory tensors beside them (read back by edge-jax hf import only)"
+             if out["memory_tables"] else ""), flush=True)
     if args.check:
         _check(args.out, args.workdir)
     return 0

@@ -9,6 +9,7 @@ NPUMoE capacity plan.
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import shutil
@@ -17,18 +18,20 @@ import tempfile
 import numpy as np
 
 from edge_jax.errors import UserError
+from edge_jax.hf import memory_tables as tables
 from edge_jax.hf.importer import HF_DIR, SOURCE, TOKENIZER_FILES
-from edge_jax.interop.convert import flatten, hf_from_params
+from edge_jax.interop.convert import flatten, hf_from_params, nest
 from edge_jax.interop.family import FAMILIES, Unsupported, family_of
 from edge_jax.interop.safetensors_io import write_shards
 
 SHARD_BYTES = 5 * 10**9
 
 
-def no_hf_form(config, cfg) -> str | None:
-    """The part of the model HF has no form of, or None."""
-    if getattr(cfg, "memory", "none") not in ("none", "", None):
-        return (f"model.memory={cfg.memory!r} (a token-indexed memory beside the FFN) has no HF form")
+def no_hf_form(config, cfg, memory_tables: bool = False) -> str | None:
+    """The part of the model HF has no form of (None: it all has one, or ``memory_tables`` writes the rest)."""
+    if getattr(cfg, "memory", "none") != "none" and not memory_tables:
+        return (f"model.memory={cfg.memory!r} (a token-indexed memory beside the FFN) has no HF form; "
+                "--memory-tables writes the decoder for transformers and the memory's inference form beside it")
     if getattr(cfg, "infini_hidden", 0):
         return "EdgeInfinite's memory gate (model.infini_*) has no HF form"
     strategy = config.get("moe", {}).get("strategy", "dropless")
@@ -38,19 +41,21 @@ def no_hf_form(config, cfg) -> str | None:
     return None
 
 
-def pick_family(workdir: str, cfg, params_flat: dict) -> tuple[str, object]:
-    """The imported family, else the first registered one whose tensor map covers ``params_flat``."""
+def pick_family(workdir: str, cfg, paths: set, with_memory: bool) -> tuple[str, object]:
+    """The imported family, else the first registered one whose tensor map covers ``paths`` (all of them,
+    or with ``with_memory`` all but the memory's)."""
+    from edge_jax.interop import families  # noqa: F401  (registers them)
+
     source = os.path.join(workdir, SOURCE)
     if os.path.exists(source):
         with open(source) as f:
             return family_of(json.load(f)["model_type"])
-    from edge_jax.interop import families  # noqa: F401  (registers them)
-
     why = []
     for name, fam in FAMILIES.items():
         try:
             fam.hf_config(cfg)
-            if {t.ours for t in fam.tensors(cfg)} == set(params_flat):
+            mine = {t.ours for t in fam.tensors(cfg)}
+            if mine == paths or (with_memory and mine < paths):
                 return name, fam
             why.append(f"{name}: other params")
         except Unsupported as e:
@@ -58,8 +63,10 @@ def pick_family(workdir: str, cfg, params_flat: dict) -> tuple[str, object]:
     raise Unsupported(f"no HF family has this model's form ({'; '.join(why)})")
 
 
-def export_workdir(workdir: str, out: str, step: int = 0, say=print, max_shard_bytes: int = SHARD_BYTES) -> dict:
-    """Write the HF checkpoint of ``workdir``'s step ``step`` (0: the newest) to the new directory ``out``."""
+def export_workdir(workdir: str, out: str, step: int = 0, max_shard_bytes: int = SHARD_BYTES,
+                   memory_tables: bool = False) -> dict:
+    """Write the HF checkpoint of ``workdir``'s step ``step`` (0: the newest) to the new directory ``out``;
+    ``memory_tables``: a model with a token-indexed memory too (:mod:`edge_jax.hf.memory_tables`)."""
     from edge_jax.train.init_from import restore_params
     from edge_jax.train.setup import model_config
 
@@ -70,13 +77,20 @@ def export_workdir(workdir: str, out: str, step: int = 0, say=print, max_shard_b
 
     config = load_workdir_config(workdir)
     cfg = model_config(config)
-    reason = no_hf_form(config, cfg)
+    reason = no_hf_form(config, cfg, memory_tables)
     if reason:
         raise Unsupported(f"cannot export {workdir}: {reason}")
     _check_step(workdir, step)
     params, config = restore_params(workdir, step)
+    with_memory = cfg.memory != "none"
+    if with_memory:
+        from edge_jax.models.inference import inference_form
+
+        params, cfg = inference_form(params, cfg)
     flat = flatten(params)
-    name, fam = pick_family(workdir, cfg, flat)
+    name, fam = pick_family(workdir, cfg, set(flat), with_memory)
+    decoder, memory = tables.split(flat, {t.ours for t in fam.tensors(cfg)})
+    params = nest(decoder)
     hf_config = {**fam.hf_config(cfg), "dtype": str(np.dtype(next(iter(flat.values())).dtype))}
     entries = fam.tensors(cfg)
     items = []
@@ -93,14 +107,21 @@ def export_workdir(workdir: str, out: str, step: int = 0, say=print, max_shard_b
         with open(os.path.join(tmp, "config.json"), "w") as f:
             json.dump(hf_config, f, indent=2)
         _copy_tokenizer(workdir, config, tmp)
+        if memory:
+            tables.write(tmp, memory, {f.name: _plain(getattr(cfg, f.name)) for f in dataclasses.fields(cfg)
+                                       if f.name != "moe_exec"})
         if os.path.isdir(final):
             os.rmdir(final)
         os.rename(tmp, final)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
-    return {"family": name, "files": len(files), "tensors": len(items),
+    return {"family": name, "files": len(files), "tensors": len(items), "memory_tables": len(memory),
             "bytes": int(sum(int(np.prod(s)) * d.itemsize for _, s, d in items))}
+
+
+def _plain(value):
+    return list(value) if isinstance(value, tuple) else value
 
 
 def _check_step(workdir: str, step: int) -> None:

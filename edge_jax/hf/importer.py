@@ -14,6 +14,7 @@ if its vocabulary has room for it.
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import shutil
@@ -24,6 +25,7 @@ import numpy as np
 
 from edge_jax.config import base_config
 from edge_jax.errors import UserError
+from edge_jax.hf import memory_tables
 from edge_jax.interop.convert import check_names, import_tensor, model_config_from_hf, nest
 from edge_jax.interop.family import Unsupported
 from edge_jax.interop.safetensors_io import Checkpoint
@@ -88,8 +90,6 @@ def tokenizer_spec(directory: str, final: str, vocab_size: int) -> tuple[str, st
 
 def edge_config(cfg, tokenizer: str) -> ml_collections.ConfigDict:
     """The workdir's edge_jax config: the defaults, the imported model's keys and its tokenizer."""
-    import dataclasses
-
     config = base_config()
     for f in dataclasses.fields(cfg):
         if f.name != "moe_exec" and f.name in config.model:
@@ -105,7 +105,12 @@ def plan(src: str, workdir: str):
     hf_config = read_hf_config(directory)
     ckpt = Checkpoint(directory)
     name, fam, cfg = model_config_from_hf(hf_config)
-    entries = fam.tensors(cfg)
+    memory = memory_tables.read(directory)
+    if memory:  # an edge_jax export with a memory's tables: the model that was exported
+        keys, tables = memory
+        ckpt.entries.update(tables.entries)
+        cfg = with_memory(cfg, keys, tables)
+    entries = fam.tensors(cfg) + (memory_entries(tables) if memory else [])
     check_names(entries, ckpt.names(), cfg)
     for t in entries:
         for n in t.hf:
@@ -113,8 +118,29 @@ def plan(src: str, workdir: str):
                 raise Unsupported(f"tensor {n!r} has shape {list(ckpt.shape(n))}, config.json implies "
                                   f"{list(t.hf_shape)}")
     dtype = param_dtype(ckpt, [n for t in entries for n in t.hf])
-    _, _, cfg = model_config_from_hf(hf_config, dtype)
-    return directory, name, cfg, fam.tensors(cfg), ckpt, hf_config
+    cfg = dataclasses.replace(cfg, dtype=dtype, param_dtype=dtype)
+    return directory, name, cfg, fam.tensors(cfg) + (memory_entries(tables) if memory else []), ckpt, hf_config
+
+
+def with_memory(cfg, keys: dict, tables: Checkpoint):
+    """``cfg`` with the memory keys an export recorded (the family gave the decoder's)."""
+    family = {f.name: getattr(cfg, f.name) for f in dataclasses.fields(cfg)}
+    own = {k: tuple(v) if isinstance(v, list) else v for k, v in keys.items()
+           if k in family and k not in ("dtype", "param_dtype") and not _decoder_key(k, cfg)}
+    return dataclasses.replace(cfg, **own)
+
+
+def _decoder_key(key: str, cfg) -> bool:
+    from edge_jax.models.config import DecoderKeys
+
+    return key in {f.name for f in dataclasses.fields(DecoderKeys)}
+
+
+def memory_entries(tables: Checkpoint) -> list:
+    """One entry per memory param: stored under its own path, as it is."""
+    from edge_jax.interop.family import copy
+
+    return [copy(name, name, tables.shape(name)) for name in tables.names()]
 
 
 def param_shapes(cfg) -> dict:

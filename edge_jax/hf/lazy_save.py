@@ -59,7 +59,12 @@ class _LazyHandler(type_handlers.NumpyHandler):
                 del array
 
 
-ocp.type_handlers.register_type_handler(Lazy, _LazyHandler(), override=True)
+def _registry():
+    """orbax's default type handlers and ours for :class:`Lazy` (a registry of this save's own, so orbax's
+    global one is untouched; a Lazy leaf is written like a numpy array and restores as one)."""
+    from orbax.checkpoint._src.serialization import type_handler_registry as registry
+
+    return registry.create_type_handler_registry(*registry._DEFAULT_TYPE_HANDLERS, (Lazy, _LazyHandler()))
 
 
 def save_params(directory: str, step: int, params: dict) -> None:
@@ -68,6 +73,6 @@ def save_params(directory: str, step: int, params: dict) -> None:
     options = ocp.CheckpointManagerOptions(create=True, enable_async_checkpointing=False,
                                            temporary_path_class=checksums.ChecksummedRename)
     with ocp.CheckpointManager(directory, options=options,
-                               item_handlers={"state": ocp.PyTreeCheckpointHandler()}) as mgr:
+                               item_handlers={"state": ocp.PyTreeCheckpointHandler(type_handler_registry=_registry())}) as mgr:
         mgr.save(step, args=ocp.args.Composite(state=ocp.args.PyTreeSave({"params": params})))
         mgr.wait_until_finished()

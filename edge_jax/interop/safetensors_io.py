@@ -54,16 +54,20 @@ def read_header(path: str) -> tuple[int, dict]:
 class Checkpoint:
     """The tensors of an HF checkpoint directory, by name: ``shape``, ``dtype`` and ``read(name)``."""
 
-    def __init__(self, directory: str):
+    def __init__(self, directory: str, files: list[str] | None = None):
+        """``files``: these files of ``directory`` (default: the index's, else ``model.safetensors``, else
+        every ``*.safetensors``)."""
         self.directory = directory
         index = os.path.join(directory, INDEX)
-        if os.path.exists(index):
+        if files is not None:
+            pass
+        elif os.path.exists(index):
             with open(index) as f:
                 files = sorted(set(json.load(f)["weight_map"].values()))
         elif os.path.exists(os.path.join(directory, SINGLE)):
             files = [SINGLE]
         else:
-            files = sorted(n for n in os.listdir(directory) if n.endswith(".safetensors"))
+            files = sorted(n for n in os.listdir(directory) if n.endswith(".safetensors") and not n.startswith("edge_jax_"))
         if not files:
             raise Unsupported(f"{directory} holds no *.safetensors weights (a .bin-only checkpoint must be saved "
                               "again with safe_serialization=True)")
@@ -114,10 +118,10 @@ def _header_bytes(items: list[tuple[str, tuple, np.dtype]]) -> bytes:
 
 
 def write_shards(directory: str, items: list[tuple[str, tuple, np.dtype]], produce: Callable[[], Iterable],
-                 max_shard_bytes: int = 5 * 10**9) -> list[str]:
+                 max_shard_bytes: int = 5 * 10**9, single: str = SINGLE) -> list[str]:
     """Write ``items`` (``(name, shape, dtype)``, in order) as safetensors shards of at most
     ``max_shard_bytes`` (one tensor may exceed it alone) into ``directory``; ``produce()`` yields the
-    arrays in the same order, one at a time. More than one shard gets HF's names and index file."""
+    arrays in the same order, one at a time. One shard is named ``single``; more get HF's names and index."""
     groups: list[list] = [[]]
     size = 0
     for item in items:
@@ -127,7 +131,7 @@ def write_shards(directory: str, items: list[tuple[str, tuple, np.dtype]], produ
             size = 0
         groups[-1].append(item)
         size += n
-    names = [SINGLE] if len(groups) == 1 else [f"model-{i + 1:05d}-of-{len(groups):05d}.safetensors"
+    names = [single] if len(groups) == 1 else [f"model-{i + 1:05d}-of-{len(groups):05d}.safetensors"
                                                for i in range(len(groups))]
     arrays = iter(produce())
     for name, group in zip(names, groups):

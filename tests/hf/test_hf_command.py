@@ -182,3 +182,32 @@ def test_workdir_and_export_refusals(qwen3_dir, tmp_path, capsys):
     (w / "config.json").write_text(json.dumps(config))
     code, _, err = _run(capsys, "hf", "export", "--workdir", w, "--out", tmp_path / "o")
     assert code == 2 and "model.memory='meki'" in err and "no HF form" in err and not (tmp_path / "o").exists()
+
+
+def test_a_meki_model_exports_its_folded_tables_beside_the_decoder_and_imports_back(tiny_config, tmp_path, capsys):
+    import flax.linen as nn
+
+    from edge_jax.models.decoder import DecoderLM
+    from edge_jax.models.inference import inference_form
+    from edge_jax.train.init_from import restore_params
+    from edge_jax.train.loop import train_and_evaluate
+    from edge_jax.train.setup import model_config
+
+    run = tmp_path / "meki"
+    train_and_evaluate(tiny_config(**{"model.memory": "meki", "model.d_mem": 16, "train.steps": 2, "train.warmup_steps": 1,
+                                      "train.eval_every": 2, "train.eval_batches": 1}), str(run))
+    code, _, err = _run(capsys, "hf", "export", "--workdir", run, "--out", tmp_path / "plain")
+    assert code == 2 and "model.memory='meki'" in err and "--memory-tables" in err
+    code, out, err = _run(capsys, "hf", "export", "--workdir", run, "--out", tmp_path / "out", "--memory-tables")
+    assert code == 0 and "memory tensors beside them" in out, err
+    transformers.AutoModelForCausalLM.from_pretrained(tmp_path / "out")  # the decoder alone loads
+    assert _run(capsys, "hf", "import", tmp_path / "out", "--workdir", tmp_path / "back")[0] == 0
+    params, config = restore_params(str(run))
+    folded, folded_cfg = inference_form(nn.unbox(params), model_config(config))
+    back, back_config = restore_params(str(tmp_path / "back"))
+    back_cfg = model_config(back_config)
+    assert back_cfg.memory == "meki" and back_cfg.meki_folded
+    tokens = np.random.default_rng(0).integers(0, 258, size=(2, 16)).astype(np.int32)
+    want = np.asarray(DecoderLM(folded_cfg).apply({"params": folded}, tokens))
+    got = np.asarray(DecoderLM(back_cfg).apply({"params": back}, tokens))
+    np.testing.assert_array_equal(got, want)
