@@ -103,5 +103,7 @@ def hf_from_params(fam: Family, cfg: ModelConfig, params: Mapping) -> Iterator[t
     if extra:
         raise Unsupported(f"param {extra[0]} has no HF equivalent in this family ({len(extra)} such)")
     for t in entries:
-        for name, x in zip(t.hf, t.to_hf(np.asarray(flat[t.ours]))):
+        if not t.exported:  # written by the entry that joins it
+            continue
+        for name, x in zip(t.hf, t.to_hf(np.asarray(flat[t.ours]), *(np.asarray(flat[o]) for o in t.joins))):
             yield name, np.ascontiguousarray(x)

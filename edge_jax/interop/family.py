@@ -26,12 +26,18 @@ class Unsupported(UserError, ValueError):
 class Tensor:
     """Our param ``ours`` (slash path under ``params``, e.g. ``layers_0/attn/q_proj/kernel``) made of the
     HF tensors ``hf`` (full names), each of shape ``hf_shape``; ``to_ours(list) -> array`` and
-    ``to_hf(array) -> list`` are inverse, exact in any dtype (reshapes, transposes, stacks only)."""
+    ``to_hf(array) -> list`` are inverse, exact in any dtype (reshapes, transposes, stacks only).
+
+    One HF tensor split into several of our params (MLA's ``kv_a_proj_with_mqa``): one entry per param
+    names it, each ``to_ours`` taking its part; the first has the others' paths in ``joins`` (its
+    ``to_hf(array, *joined arrays)`` writes the whole tensor), the others ``exported=False``."""
     ours: str
     hf: tuple[str, ...]
     hf_shape: tuple[int, ...]
     to_ours: Callable[[list], np.ndarray]
-    to_hf: Callable[[np.ndarray], list]
+    to_hf: Callable[..., list]
+    joins: tuple[str, ...] = ()
+    exported: bool = True
 
 
 def copy(ours: str, hf: str, shape: Sequence[int]) -> Tensor:

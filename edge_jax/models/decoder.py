@@ -13,7 +13,8 @@ picks the feed-forward kind (``relu2``, ``relu``, ``gelu`` have no ``gate``).
 EdgeInfinite (``model.infini_hidden > 0``) adds ``layers_i/attn/memory_gate/{w1, b1, w2, b2, g}``
 (:mod:`edge_jax.layers.infini.compressive`).
 NPUMoE (``model.moe_experts > 0``) replaces ``layers_i/ffn`` by ``layers_i/moe/{router, gate, up, down}``
-(:mod:`edge_jax.layers.moe.layer`) in ``moe_layers`` (default: all); ``moe_exec`` says how it executes.
+(:mod:`edge_jax.layers.moe.layer`; with ``moe_shared_d_ff`` also ``moe/shared/{gate, up, down}/kernel``) in
+``moe_layers`` (default: all); ``moe_exec`` says how it executes.
 
 Token-indexed memories (``model.memory``, :mod:`edge_jax.layers.token_memory`) add residual branches
 at named sites of each block (their params under ``layers_i/...``, or at model level); a memory kind may
@@ -32,6 +33,7 @@ import jax.numpy as jnp
 from edge_jax.layers.attention.kinds import ATTENTION_KINDS
 from edge_jax.layers.ffn import FFN
 from edge_jax.layers.moe.layer import MoE
+from edge_jax.layers.moe.routers import RouterParams
 from edge_jax.layers.norms import RMSNorm
 from edge_jax.layers.token_memory.base import MEMORY_KINDS
 from edge_jax.models.config import ModelConfig
@@ -56,7 +58,8 @@ class Block(nn.Module):
         plans = c.moe_exec.plans
         plan = plans[c.moe_layer_ids().index(self.layer)] if plans else None
         return MoE(c.moe_experts, c.moe_top_k, c.moe_d_ff or c.d_ff, c.moe_renormalize, c.moe_aux_weight,
-                   c.moe_exec, plan, kernels=c.kernels, name="moe", **common)
+                   c.moe_exec, plan, kernels=c.kernels, router=c.moe_router, router_params=RouterParams.of(c),
+                   shared_d_ff=c.moe_shared_d_ff, name="moe", **common)
 
     @nn.compact
     def __call__(self, h_BTD, positions_BT, ctx):

@@ -1,8 +1,11 @@
-"""Mixture-of-experts FFN (NPUMoE §2, §4): a top-k softmax router over SwiGLU experts.
+"""Mixture-of-experts FFN (NPUMoE §2, §4): a top-k router over SwiGLU experts.
 
-Params: ``router`` [D, E] (float32 logits), ``gate``/``up`` [E, D, F], ``down`` [E, F, D].
-The router's softmax probabilities ``p`` pick the top-k experts; their combine weights are ``p``
-itself or, with ``renormalize``, ``p / sum(top-k p)``. Execution follows
+Params: ``router`` [D, E] (float32 logits), ``gate``/``up`` [E, D, F], ``down`` [E, F, D]; with
+``shared_d_ff`` > 0 also ``shared/{gate, up, down}/kernel``, one SwiGLU MLP on every token added to the
+output (DeepSeek-V2's shared experts, ``n_shared_experts * moe_intermediate_size`` wide).
+The router kind ``router`` (:data:`~edge_jax.layers.moe.routers.ROUTERS`) picks the top-k experts and
+their combine weights from the logits; the default ``softmax`` takes the top-k softmax probabilities
+``p`` as weights, or with ``renormalize`` ``p / sum(top-k p)``. Execution follows
 :class:`~edge_jax.layers.moe.plan.MoEExec` (:mod:`edge_jax.layers.moe.execute`): the capacity-bound strategies
 split the ``B*T`` tokens into prefill chunks of ``execution.chunk`` tokens that each get the plan's
 capacities (the last chunk is padded with invalid tokens); ``kernels`` (``model.kernels``) picks how
@@ -10,7 +13,7 @@ the static groups run: XLA or the ``expert_ffn`` Pallas kernel (:mod:`edge_jax.l
 The exact path (the fallback experts, and with ``execution.overflow="fallback"`` every chunk's overflow)
 is one ragged call over all the chunks' tokens.
 
-Sown per call: ``intermediates/routing`` = {``ids`` top-k experts [B,T,J], ``probs`` their router
+Sown per call: ``intermediates/routing`` = {``ids`` top-k experts [B,T,J], ``probs`` their router (softmax)
 probabilities, ``weights`` the combine weights, ``saliency`` [B,T], ``x`` the layer input [B,T,D]} for
 calibration, traces and timing; ``intermediates/moe_stats`` (token-copy counts, see
 :func:`~edge_jax.layers.moe.execute.capacity_moe`); ``losses/load_balance`` = ``weight * E * sum_e f_e P_e``
@@ -25,9 +28,11 @@ import jax
 import jax.numpy as jnp
 
 from edge_jax.errors import ConfigError
+from edge_jax.layers.ffn import FFN
 from edge_jax.layers.kernels import backend
 from edge_jax.layers.moe import execute
 from edge_jax.layers.moe.plan import LayerPlan, MoEExec
+from edge_jax.layers.moe.routers import ROUTERS, RouterParams
 from edge_jax.layers.moe.strategies import DROP_POLICIES, MOE_STRATEGIES, OVERFLOW_POLICIES
 from edge_jax.registry import SECTIONS, Section
 from edge_jax.sharding import per_shard
@@ -47,6 +52,9 @@ class MoE(nn.Module):
     dtype: str = "float32"
     param_dtype: str = "float32"
     kernels: str = "xla"  # model.kernels (edge_jax.layers.kernels.backend)
+    router: str = "softmax"  # model.moe_router (edge_jax.layers.moe.routers.ROUTERS)
+    router_params: RouterParams = RouterParams()
+    shared_d_ff: int = 0  # model.moe_shared_d_ff: the shared experts' SwiGLU width (0: none)
 
     def _param(self, name, shape, axes):
         init = nn.with_logical_partitioning(nn.initializers.normal(self.init_std), axes)
@@ -61,9 +69,9 @@ class MoE(nn.Module):
         experts = tuple(a.astype(dt) for a in (self._param("gate", (e, d, f), ("expert", "embed", "mlp")),
                                                self._param("up", (e, d, f), ("expert", "embed", "mlp")),
                                                self._param("down", (e, f, d), ("expert", "mlp", "embed"))))
-        probs_BTE = jax.nn.softmax(x_BTD.astype(jnp.float32) @ router.astype(jnp.float32), axis=-1)
-        top_p, ids_BTJ = jax.lax.top_k(probs_BTE, self.top_k)
-        w_BTJ = top_p / jnp.sum(top_p, -1, keepdims=True) if self.renormalize else top_p
+        logits_BTE = x_BTD.astype(jnp.float32) @ router.astype(jnp.float32)
+        ids_BTJ, w_BTJ, top_p, probs_BTE = ROUTERS.get(self.router)(logits_BTE, self.top_k, self.renormalize,
+                                                                    self.router_params)
         saliency_BT = jnp.ones((b, t), jnp.float32) if saliency_BT is None else saliency_BT
         self.sow("intermediates", "routing", {"ids": ids_BTJ, "probs": top_p, "weights": w_BTJ,
                                               "saliency": saliency_BT, "x": x_BTD})
@@ -79,7 +87,11 @@ class MoE(nn.Module):
             y_ND = strategy.run(x_ND, ids_NJ, w_NJ, experts)
         else:
             y_ND = self._capacity(x_ND, ids_NJ, w_NJ, saliency_BT.reshape(-1), experts)
-        return y_ND.reshape(b, t, d).astype(x_BTD.dtype)
+        y_BTD = y_ND.reshape(b, t, d).astype(x_BTD.dtype)
+        if self.shared_d_ff:
+            y_BTD = y_BTD + FFN("swiglu", self.shared_d_ff, self.init_std, self.dtype, self.param_dtype,
+                                name="shared")(x_BTD).astype(x_BTD.dtype)
+        return y_BTD
 
     def _capacity(self, x_ND, ids_NJ, w_NJ, sal_N, experts):
         if self.plan is None:
@@ -119,13 +131,22 @@ class MoE(nn.Module):
 class MoEKeys:
     """``model.*`` keys of the MoE FFN: a top-k router over SwiGLU experts in place of the FFN in
     ``moe_layers`` (empty: all); ``moe_experts`` 0 keeps the dense FFN; ``moe_d_ff`` 0 takes ``d_ff``;
-    a Switch load-balancing loss of ``moe_aux_weight``."""
+    a Switch load-balancing loss of ``moe_aux_weight``. ``moe_router`` is the router kind
+    (:mod:`edge_jax.layers.moe.routers`: ``softmax``, ``sparsemixer`` (top-2, ``moe_jitter_eps``),
+    ``group_limited`` (``moe_n_group`` groups, the ``moe_topk_group`` best kept)); every kind scales its
+    weights by ``moe_routed_scale``; ``moe_shared_d_ff`` > 0 adds a shared SwiGLU expert of that width."""
     moe_experts: int = 0
     moe_top_k: int = 2
     moe_d_ff: int = 0
     moe_renormalize: bool = False
     moe_layers: tuple = ()
     moe_aux_weight: float = 0.0
+    moe_router: str = "softmax"
+    moe_jitter_eps: float = 0.01
+    moe_n_group: int = 1
+    moe_topk_group: int = 1
+    moe_routed_scale: float = 1.0
+    moe_shared_d_ff: int = 0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -151,6 +172,24 @@ def _validate_model(c) -> None:
     if any(not 0 <= i < m.n_layers for i in m.moe_layers) or len(set(m.moe_layers)) != len(m.moe_layers):
         raise ConfigError(f"model.moe_layers={tuple(m.moe_layers)} must be distinct layer indices in [0, "
                           f"{m.n_layers}); empty means every layer")
+    _validate_router(m)
+
+
+def _validate_router(m) -> None:
+    ROUTERS.check(m.moe_router)
+    if m.moe_shared_d_ff < 0 or m.moe_routed_scale <= 0 or m.moe_jitter_eps < 0:
+        raise ConfigError("model.moe_shared_d_ff must be >= 0, model.moe_routed_scale > 0 and "
+                          "model.moe_jitter_eps >= 0")
+    if m.moe_router == "sparsemixer" and m.moe_top_k != 2:
+        raise ConfigError(f"model.moe_router='sparsemixer' picks 2 experts; set model.moe_top_k=2 (got {m.moe_top_k})")
+    if m.moe_router == "group_limited":
+        g, kg = m.moe_n_group, m.moe_topk_group
+        if g < 1 or m.moe_experts % g or not 1 <= kg <= g:
+            raise ConfigError(f"model.moe_n_group={g} must divide model.moe_experts={m.moe_experts} and "
+                              f"model.moe_topk_group={kg} lie in [1, {g}]")
+        if m.moe_top_k > kg * (m.moe_experts // g):
+            raise ConfigError(f"model.moe_top_k={m.moe_top_k} exceeds the {kg * (m.moe_experts // g)} experts of "
+                              f"the model.moe_topk_group={kg} kept groups; keep more groups")
 
 
 def _validate_execution(c) -> None:
