@@ -61,7 +61,7 @@ def build(corpus: str, tmp_dir: Path, max_length: int) -> TinyPair:
     import transformers
 
     from edge_jax.data.tokenizers import HfTokenizer
-    from edge_jax.interop.qwen3 import load_hf_model
+    from edge_jax.interop.convert import load_hf_model
     path = Path(tmp_dir) / "tokenizer.json"
     train_bpe(corpus, path)
     ours = HfTokenizer(str(path))

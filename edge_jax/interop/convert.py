@@ -107,3 +107,22 @@ def hf_from_params(fam: Family, cfg: ModelConfig, params: Mapping) -> Iterator[t
             continue
         for name, x in zip(t.hf, t.to_hf(np.asarray(flat[t.ours]), *(np.asarray(flat[o]) for o in t.joins))):
             yield name, np.ascontiguousarray(x)
+
+
+def checkpoint_state(model) -> dict:
+    """An in-memory transformers model's state dict in the checkpoint layout (what ``save_pretrained``
+    writes): transformers 5 fuses some tensors in memory (MoE experts into ``experts.gate_up_proj``)."""
+    from transformers.core_model_loading import revert_weight_conversion
+
+    return dict(revert_weight_conversion(model, model.state_dict()))
+
+
+def load_hf_model(model) -> tuple[ModelConfig, dict]:
+    """``(cfg, {"params": ...})`` in float32 from an in-memory transformers model of any registered family."""
+    _, fam, cfg = model_config_from_hf(model.config.to_dict())
+    params = params_from_hf(fam, cfg, checkpoint_state(model))
+    return cfg, {"params": _as_f32(params["params"])}
+
+
+def _as_f32(tree: Mapping) -> dict:
+    return {k: _as_f32(v) if isinstance(v, Mapping) else np.asarray(v, np.float32) for k, v in tree.items()}

@@ -8,7 +8,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from edge_jax.interop.convert import hf_from_params, model_config_from_hf, params_from_hf
+from edge_jax.interop.convert import checkpoint_state, hf_from_params, load_hf_model, model_config_from_hf
 from edge_jax.models.decoder import DecoderLM
 
 
@@ -25,24 +25,11 @@ def random_tokens(vocab: int, batch: int = 2, length: int = 24, seed: int = 1) -
     return np.random.default_rng(seed).integers(1, vocab, size=(batch, length), dtype=np.int64)
 
 
-def checkpoint_state(model) -> dict:
-    """``model``'s state dict in the checkpoint layout (what ``save_pretrained`` writes): transformers 5
-    fuses some tensors in memory (MoE experts into ``experts.gate_up_proj``), the checkpoint keeps them apart."""
-    from transformers.core_model_loading import revert_weight_conversion
-
-    return dict(revert_weight_conversion(model, model.state_dict()))
-
-
 def imported(model):
     """``(family name, family, cfg, params)`` of an in-memory transformers model, float32."""
-    name, fam, cfg = model_config_from_hf(model.config.to_dict())
-    params = params_from_hf(fam, cfg, checkpoint_state(model))
-    params = {"params": _f32(params["params"])}
+    name, fam, _ = model_config_from_hf(model.config.to_dict())
+    cfg, params = load_hf_model(model)
     return name, fam, cfg, params
-
-
-def _f32(tree):
-    return {k: _f32(v) if isinstance(v, dict) else np.asarray(v, np.float32) for k, v in tree.items()}
 
 
 def hf_logits(model, tokens: np.ndarray) -> np.ndarray:

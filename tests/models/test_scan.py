@@ -17,7 +17,6 @@ import pytest
 from conftest import tiny_overrides
 
 from edge_jax.config import ConfigError, load_config
-from edge_jax.interop.qwen3 import params_from_hf_state_dict
 from edge_jax.layers.token_memory.meki import FoldError, fold_meki
 from edge_jax.models import DecoderLM, ModelConfig
 from edge_jax.models.inference import inference_form
@@ -203,33 +202,6 @@ def test_init_from_merges_across_layouts():
     jax.tree_util.tree_map(lambda a, b: np.testing.assert_array_equal(np.asarray(a), np.asarray(b)), merged, stacked)
     back = merge_params(params, stacked, "base")
     jax.tree_util.tree_map(lambda a, b: np.testing.assert_array_equal(np.asarray(a), np.asarray(b)), back, params)
-
-
-def _qwen3_state_dict(cfg: ModelConfig) -> dict:
-    rng = np.random.default_rng(0)
-    D, H, G, K, F = cfg.d_model, cfg.n_heads, cfg.n_kv_heads, cfg.head_dim, cfg.d_ff
-    shapes = {"embed_tokens.weight": (cfg.vocab_size, D), "norm.weight": (D,)}
-    for i in range(cfg.n_layers):
-        L = f"layers.{i}."
-        shapes.update({L + "input_layernorm.weight": (D,), L + "post_attention_layernorm.weight": (D,),
-                       L + "self_attn.q_proj.weight": (H * K, D), L + "self_attn.k_proj.weight": (G * K, D),
-                       L + "self_attn.v_proj.weight": (G * K, D), L + "self_attn.o_proj.weight": (D, H * K),
-                       L + "self_attn.q_norm.weight": (K,), L + "self_attn.k_norm.weight": (K,),
-                       L + "mlp.gate_proj.weight": (F, D), L + "mlp.up_proj.weight": (F, D),
-                       L + "mlp.down_proj.weight": (D, F)})
-    return {"model." + k: rng.normal(size=s).astype(np.float32) for k, s in shapes.items()}
-
-
-def test_hf_import_stacks_for_a_scanned_model():
-    state = _qwen3_state_dict(BASE)
-    plain = params_from_hf_state_dict(state, BASE)["params"]
-    scanned_cfg = dataclasses.replace(BASE, scan_layers=True)
-    scanned = params_from_hf_state_dict(state, scanned_cfg)["params"]
-    jax.tree_util.tree_map(lambda a, b: np.testing.assert_array_equal(np.asarray(a), np.asarray(b)),
-                           unstack_layers(scanned), plain)
-    tokens = _tokens()
-    assert _rel(DecoderLM(scanned_cfg).apply({"params": scanned}, tokens),
-                DecoderLM(BASE).apply({"params": plain}, tokens)) < TOL["float32"]
 
 
 @pytest.mark.parametrize("overrides,match", [
