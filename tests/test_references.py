@@ -36,6 +36,7 @@ from edge_jax.layers.kernels import segment_attention as kseg
 from edge_jax.layers.kernels import segment_attention_gpu as kseg_gpu
 from edge_jax.layers.moe import execute as moe
 from edge_jax.layers.moe.plan import LayerPlan
+from edge_jax.layers.rope import Rope
 
 TOL = {"float32": 1e-5, "bfloat16": 2e-2}
 BOTH = ("float32", "bfloat16")
@@ -108,7 +109,7 @@ def segmented_inputs(key, dtype):
     layout = infini.segment_layout(T, spec.sink, spec.window, spec.segment)
     kq, kk, kv, kg = jax.random.split(key, 4)
     return (_normal(kq, (B, T, H, K), dtype), _normal(kk, (B, T, G, K), dtype), _normal(kv, (B, T, G, K), dtype),
-            layout, 1e4, spec, memory_gate(kg, H, K))
+            layout, Rope(1e4), spec, memory_gate(kg, H, K))
 
 
 def policy_cache(key, dtype, B=2, P=6, G=2, K=8, latent=False):
@@ -138,13 +139,13 @@ def join_inputs(key, dtype, plain=False, latent=False):
         new, rotate = {"c_kv": _normal(kn1, (B, T, 12), dtype), "k_rope": _normal(kn2, (B, T, K), dtype)}, "k_rope"
     else:
         new, rotate = {"k": _normal(kn1, (B, T, G, K), dtype), "v": _normal(kn2, (B, T, G, K), dtype)}, "k"
-    return ctx, new, jnp.broadcast_to(start + jnp.arange(T), (B, T)), 1e4, rotate
+    return ctx, new, jnp.broadcast_to(start + jnp.arange(T), (B, T)), Rope(1e4), rotate
 
 
 def context_inputs(key, dtype, plain=False):
     """GQA over a cache; for a policy cache also EdgeInfinite's memory (read, and this chunk
     compressed with its last token padding) and SnapKV votes of the last 2 queries."""
-    ctx, new, positions, theta, _ = join_inputs(key, dtype, plain=plain)
+    ctx, new, positions, rope, _ = join_inputs(key, dtype, plain=plain)
     B, T, _, K = new["k"].shape
     spec = InfiniSpec(infini_hidden=8, infini_update="delta")
     if not plain:
@@ -152,7 +153,7 @@ def context_inputs(key, dtype, plain=False):
         ctx = dict(ctx, M=M, z=z, has_memory=True, compress=True, votes=2, votes_end=T,
                    compress_valid=jnp.arange(T)[None].repeat(B, 0) < T - 1)
     q = _normal(jax.random.fold_in(key, 3), (B, T, 4, K), dtype)
-    return q, new["k"], new["v"], positions, ctx, theta, spec, memory_gate(jax.random.fold_in(key, 4), 4, K)
+    return q, new["k"], new["v"], positions, ctx, rope, spec, memory_gate(jax.random.fold_in(key, 4), 4, K)
 
 
 def mla_inputs(key, dtype):

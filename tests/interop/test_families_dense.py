@@ -12,6 +12,11 @@ TINY = dict(vocab_size=300, hidden_size=64, num_hidden_layers=2, num_attention_h
             head_dim=16, intermediate_size=96, max_position_embeddings=64, initializer_range=0.05)
 
 
+# Llama 3.1's RoPE scaling with a pre-training length of 16, so the test's tokens run past it
+LLAMA3_ROPE = {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+               "original_max_position_embeddings": 16}
+
+
 def _model(cls, config_cls, **kw):
     torch.manual_seed(0)
     c = config_cls(**{**TINY, **kw})
@@ -25,6 +30,8 @@ CASES = {
     "qwen3": lambda: _model(transformers.Qwen3ForCausalLM, transformers.Qwen3Config, tie_word_embeddings=True),
     "qwen3-untied": lambda: _model(transformers.Qwen3ForCausalLM, transformers.Qwen3Config, tie_word_embeddings=False),
     "llama": lambda: _model(transformers.LlamaForCausalLM, transformers.LlamaConfig, tie_word_embeddings=False),
+    "llama3-rope": lambda: _model(transformers.LlamaForCausalLM, transformers.LlamaConfig, tie_word_embeddings=False,
+                                  rope_scaling=LLAMA3_ROPE),
 }
 
 
@@ -37,3 +44,14 @@ def test_logits_match_transformers(case):
 @pytest.mark.parametrize("case", sorted(CASES))
 def test_export_gives_back_every_tensor(case):
     assert_roundtrip(CASES[case]())
+
+def test_llama3_rope_scaling_matches_past_the_original_length_and_exports_its_parameters():
+    from parity import imported
+
+    from edge_jax.interop.rope import rope_hf
+
+    model = CASES["llama3-rope"]()
+    assert max_logit_diff(model, random_tokens(TINY["vocab_size"], length=48)) <= TOL
+    _, _, cfg, _ = imported(model)
+    assert (cfg.rope_scaling, cfg.rope_factor, cfg.rope_original_max_len) == ("llama3", 8.0, 16)
+    assert rope_hf(cfg) == model.config.rope_parameters

@@ -5,7 +5,7 @@ import pytest
 
 from edge_jax.layers.attention.dot import dot_product_attention_reference
 from edge_jax.layers.attention.gqa import causal_mask, dot_product_attention
-from edge_jax.layers.rope import apply_rope
+from edge_jax.layers.rope import Rope
 from edge_jax.models import DecoderLM, ModelConfig
 
 CFG = ModelConfig(vocab_size=96, d_model=64, n_layers=2, n_heads=4, n_kv_heads=2, head_dim=16, d_ff=96)
@@ -26,11 +26,11 @@ def test_gqa_matches_naive(dtype, tol):
 def test_rope_preserves_norm_and_relative_positions():
     x = jax.random.normal(jax.random.key(0), (1, 5, 2, 8))
     pos = jnp.arange(5)[None]
-    y = apply_rope(x, pos, 10_000.0)
+    y = Rope(10_000.0).apply(x, pos)
     np.testing.assert_allclose(jnp.linalg.norm(y, axis=-1), jnp.linalg.norm(x, axis=-1), rtol=1e-5)
     # <rope(q, m), rope(k, n)> depends on m - n only
     q, k = x[:, :1], x[:, 1:2]
-    dot = lambda m, n: jnp.sum(apply_rope(q, jnp.array([[m]]), 1e4) * apply_rope(k, jnp.array([[n]]), 1e4))  # noqa
+    dot = lambda m, n: jnp.sum(Rope(1e4).apply(q, jnp.array([[m]])) * Rope(1e4).apply(k, jnp.array([[n]])))  # noqa
     np.testing.assert_allclose(dot(3, 1), dot(7, 5), rtol=1e-4)
 
 

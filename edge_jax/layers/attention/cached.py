@@ -32,12 +32,13 @@ from edge_jax.layers.infini.compressive import (
     memory_update,
     memory_update_reference,
 )
-from edge_jax.layers.rope import apply_rope, rope_inv_freq
+from edge_jax.layers.rope import Rope
 
 
-def rope_per_group(x_BSGK, positions_BGS, theta: float):
-    """RoPE on cached keys whose slots have their own position in every group."""
-    rotate = jax.vmap(lambda x_BSK, p_BS: apply_rope(x_BSK[:, :, None], p_BS, theta)[:, :, 0],
+def rope_per_group(x_BSGK, positions_BGS, rope: Rope, long=None):
+    """RoPE on cached keys whose slots have their own position in every group (``long``: LongRoPE's
+    switch, that of the chunk the keys are read for)."""
+    rotate = jax.vmap(lambda x_BSK, p_BS: rope.apply(x_BSK[:, :, None], p_BS, long)[:, :, 0],
                       in_axes=(2, 1), out_axes=2)
     return rotate(x_BSGK, positions_BGS)
 
@@ -50,36 +51,38 @@ def cache_mask(valid_BGS, T: int):
     return jnp.concatenate([prefix, own], axis=-1)
 
 
-def _rope(x, positions, theta: float, per_group: bool = False):
+def _rope(x, positions, rope: Rope, long, per_group: bool = False):
     """RoPE on [B, S, G, K] or (no group axis, MLA) [B, S, K] at [B, S] or (``per_group``) [B, G, S]
     (a chunk's arrays: T for S)."""
     if x.ndim == 3:
-        return _rope(x[:, :, None], positions, theta, per_group)[:, :, 0]
-    return rope_per_group(x, positions, theta) if per_group else apply_rope(x, positions, theta)
+        return _rope(x[:, :, None], positions, rope, long, per_group)[:, :, 0]
+    return rope_per_group(x, positions, rope, long) if per_group else rope.apply(x, positions, long)
 
 
-def join_cache(ctx: dict, new: dict, positions_BT, theta: float, rotate: str):
+def join_cache(ctx: dict, new: dict, positions_BT, rope: Rope, rotate: str):
     """``(joined, mask_BGTS, stored)`` for a chunk whose per-token arrays ``new`` ([B, T, ...], before
     RoPE) go beside the cache arrays of the same names in ``ctx``; the one named ``rotate`` goes
     through RoPE (the chunk at ``positions_BT``; a cache with ``pos`` at its slots' positions).
     ``joined``: the arrays attention reads, in ``new``'s dtype (plain cache: the cache's); ``stored``:
     what the cache keeps of this chunk, under the same names: the chunk's arrays before RoPE (cache
-    with ``pos``: the caller writes them) or the whole updated buffers (plain cache)."""
+    with ``pos``: the caller writes them) or the whole updated buffers (plain cache). LongRoPE picks its
+    factors from the chunk's positions, for the cached keys too."""
     T = positions_BT.shape[1]
+    long = rope.is_long(positions_BT)
     if "pos" in ctx:  # append after the cache's slots
         joined = {}
         for name, x in new.items():
             cached = ctx[name]
             if name == rotate:
-                x = _rope(x, positions_BT, theta)
-                cached = _rope(cached, ctx["pos"], theta, per_group=True)
+                x = _rope(x, positions_BT, rope, long)
+                cached = _rope(cached, ctx["pos"], rope, long, per_group=True)
             joined[name] = jnp.concatenate([cached.astype(x.dtype), x], axis=1)
         return joined, cache_mask(ctx["valid"], T), new
     start = positions_BT[0, 0]  # plain cache: slot = position, every row alike
     joined = {}
     for name, x in new.items():
         buf = ctx[name]
-        x = _rope(x, positions_BT, theta) if name == rotate else x
+        x = _rope(x, positions_BT, rope, long) if name == rotate else x
         joined[name] = jax.lax.dynamic_update_slice(buf, x.astype(buf.dtype), (0, start) + (0,) * (buf.ndim - 2))
     slot_S = jnp.arange(ctx["valid"].shape[-1])
     mask = ((ctx["valid"][:, :, None, :] & (slot_S < start))
@@ -87,15 +90,16 @@ def join_cache(ctx: dict, new: dict, positions_BT, theta: float, rotate: str):
     return joined, mask, joined
 
 
-def _rotate_reference(vec_K, position, theta: float):
+def _rotate_reference(vec_K, position, rope: Rope, long: bool):
     """RoPE of one vector at one position (rotate-half), in float32 numpy."""
     half = vec_K.shape[-1] // 2
-    angles = position * np.asarray(rope_inv_freq(vec_K.shape[-1], theta))
+    angles = position * np.asarray(rope.inv_freq(vec_K.shape[-1], long))
+    cos, sin = np.cos(angles) * rope.cos_sin_factor, np.sin(angles) * rope.cos_sin_factor
     x1, x2 = vec_K[:half].astype(np.float32), vec_K[half:].astype(np.float32)
-    return np.concatenate([x1 * np.cos(angles) - x2 * np.sin(angles), x2 * np.cos(angles) + x1 * np.sin(angles)])
+    return np.concatenate([x1 * cos - x2 * sin, x2 * cos + x1 * sin])
 
 
-def join_cache_reference(ctx: dict, new: dict, positions_BT, theta: float, rotate: str):
+def join_cache_reference(ctx: dict, new: dict, positions_BT, rope: Rope, rotate: str):
     """:func:`join_cache` slot by slot: every key rotated alone at its position, each chunk token
     placed and the mask written out entry by entry."""
     positions = np.asarray(positions_BT)
@@ -103,6 +107,7 @@ def join_cache_reference(ctx: dict, new: dict, positions_BT, theta: float, rotat
     B, T = positions.shape
     G, S = valid.shape[1:]
     appended = "pos" in ctx
+    long = bool(rope.long_factor) and positions.max() + 1 > rope.original_max_len
     S_joined = S + T if appended else S
     slot_BT = np.broadcast_to(S + np.arange(T), (B, T)) if appended else positions
     joined = {}
@@ -117,13 +122,14 @@ def join_cache_reference(ctx: dict, new: dict, positions_BT, theta: float, rotat
                 if name == rotate and appended:
                     for g in range(G):
                         at = (b, s, g) if cached.ndim == 4 else (b, s)
-                        out[at] = _rotate_reference(cached[at], ctx["pos"][b, g, s], theta)
+                        out[at] = _rotate_reference(cached[at], ctx["pos"][b, g, s], rope, long)
             for t in range(T):
                 out[b, slot_BT[b, t]] = x[b, t]
                 if name == rotate:
                     for g in range(x.shape[2] if x.ndim == 4 else 1):
                         at = (b, slot_BT[b, t], g) if x.ndim == 4 else (b, slot_BT[b, t])
-                        out[at] = _rotate_reference(x[(b, t, g) if x.ndim == 4 else (b, t)], positions[b, t], theta)
+                        vec = x[(b, t, g) if x.ndim == 4 else (b, t)]
+                        out[at] = _rotate_reference(vec, positions[b, t], rope, long)
         # rounded to the dtype as the fast path does (RoPE computes in float32)
         joined[name] = jnp.asarray(out, dtype)
     mask = np.zeros((B, G, T, S_joined), bool)
@@ -147,7 +153,7 @@ def cache_votes(probs_BGQTS, groups: int, window: int, end):
     return votes if groups == G else votes.reshape(B, groups, G // groups, S).sum(axis=2)
 
 
-def context_attention(q_BTHK, k_BTGK, v_BTGK, positions_BT, ctx: dict, theta: float, spec, gate):
+def context_attention(q_BTHK, k_BTGK, v_BTGK, positions_BT, ctx: dict, rope: Rope, spec, gate):
     """GQA over a cache: ``(attention [B, T, H, K], extras)`` for a chunk at ``positions_BT``.
 
     ``ctx``: the layer's cache (``k`` / ``v`` [B, S, G, K], ``valid``, optional ``pos``; see
@@ -160,8 +166,8 @@ def context_attention(q_BTHK, k_BTGK, v_BTGK, positions_BT, ctx: dict, theta: fl
     cache keeps (:func:`join_cache`'s ``stored``); ``votes``, ``M`` / ``z`` on request.
     """
     T = q_BTHK.shape[1]
-    q = apply_rope(q_BTHK, positions_BT, theta)
-    joined, mask, stored = join_cache(ctx, {"k": k_BTGK, "v": v_BTGK}, positions_BT, theta, rotate="k")
+    q = rope.apply(q_BTHK, positions_BT)
+    joined, mask, stored = join_cache(ctx, {"k": k_BTGK, "v": v_BTGK}, positions_BT, rope, rotate="k")
     window = int(ctx.get("votes", 0))
     extras = dict(stored)
     if window:
@@ -174,17 +180,17 @@ def context_attention(q_BTHK, k_BTGK, v_BTGK, positions_BT, ctx: dict, theta: fl
             raise ValueError("a memory was passed to an attention layer without a memory gate (model.infini_hidden=0)")
         out = gate(memory_readout(q, ctx["M"], ctx["z"], spec.eps), out, ctx["has_memory"])
         if ctx.get("compress"):
-            extras["M"], extras["z"] = memory_update(ctx["M"], ctx["z"], apply_rope(k_BTGK, positions_BT, theta),
+            extras["M"], extras["z"] = memory_update(ctx["M"], ctx["z"], rope.apply(k_BTGK, positions_BT),
                                                      v_BTGK, ctx.get("compress_valid"), rule=spec.update, eps=spec.eps)
     return out, extras
 
 
-def context_attention_reference(q_BTHK, k_BTGK, v_BTGK, positions_BT, ctx: dict, theta: float, spec, gate):
+def context_attention_reference(q_BTHK, k_BTGK, v_BTGK, positions_BT, ctx: dict, rope: Rope, spec, gate):
     """:func:`context_attention` from the loop versions of its parts (cache join, softmax, votes,
     memory)."""
     T = q_BTHK.shape[1]
-    q = apply_rope(q_BTHK, positions_BT, theta)
-    joined, mask, stored = join_cache_reference(ctx, {"k": k_BTGK, "v": v_BTGK}, positions_BT, theta, rotate="k")
+    q = rope.apply(q_BTHK, positions_BT)
+    joined, mask, stored = join_cache_reference(ctx, {"k": k_BTGK, "v": v_BTGK}, positions_BT, rope, rotate="k")
     out, probs = dot_product_attention_reference(q, joined["k"], joined["v"], mask, return_probs=True)
     extras = dict(stored)
     window = int(ctx.get("votes", 0))
@@ -197,7 +203,7 @@ def context_attention_reference(q_BTHK, k_BTGK, v_BTGK, positions_BT, ctx: dict,
     if "M" in ctx:
         out = gate(memory_readout_reference(q, ctx["M"], ctx["z"], spec.eps), out, ctx["has_memory"])
         if ctx.get("compress"):
-            extras["M"], extras["z"] = memory_update_reference(ctx["M"], ctx["z"], apply_rope(k_BTGK, positions_BT, theta),
+            extras["M"], extras["z"] = memory_update_reference(ctx["M"], ctx["z"], rope.apply(k_BTGK, positions_BT),
                                                                v_BTGK, ctx.get("compress_valid"), rule=spec.update,
                                                                eps=spec.eps)
     return out, extras

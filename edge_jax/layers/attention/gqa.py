@@ -18,7 +18,7 @@ from edge_jax.layers.infini.segmented import InfiniSpec, segmented_attention
 from edge_jax.layers.kernels import backend
 from edge_jax.layers.kernels.flash import causal_attention
 from edge_jax.layers.norms import RMSNorm
-from edge_jax.layers.rope import apply_rope
+from edge_jax.layers.rope import Rope
 
 
 def dense_general(features, axes, name, std, dtype, param_dtype, in_axes=-1):
@@ -41,7 +41,7 @@ class GQAttention(nn.Module):
     n_heads: int
     n_kv_heads: int
     head_dim: int
-    rope_theta: float
+    rope: Rope
     qk_norm: bool = True
     norm_eps: float = 1e-6
     init_std: float = 0.02
@@ -64,15 +64,15 @@ class GQAttention(nn.Module):
         gate = MemoryGate(H, K, spec.hidden, spec.gate_init, std, name="memory_gate") if spec else None
         layout = segment_layout(x_BTD.shape[1], spec.sink, spec.window, spec.segment) if spec else None
         if context is not None:
-            attn_BTHK, extras = context_attention(q, k, v, positions_BT, context, self.rope_theta, spec, gate)
+            attn_BTHK, extras = context_attention(q, k, v, positions_BT, context, self.rope, spec, gate)
             for name, value in extras.items():
                 self.sow("intermediates", name, value)
         elif layout is not None:
-            attn_BTHK, state = segmented_attention(q, k, v, layout, self.rope_theta, spec, gate, self.kernels)
+            attn_BTHK, state = segmented_attention(q, k, v, layout, self.rope, spec, gate, self.kernels)
             self.sow("intermediates", "infini_state", state)
         else:
-            q = apply_rope(q, positions_BT, self.rope_theta)
-            k = apply_rope(k, positions_BT, self.rope_theta)
+            q = self.rope.apply(q, positions_BT)
+            k = self.rope.apply(k, positions_BT)
             if backend.use_pallas(self.kernels, "flash"):  # the backend's library kernel
                 attn_BTHK = causal_attention(q, k, v)
             else:

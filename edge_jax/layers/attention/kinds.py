@@ -19,6 +19,7 @@ from edge_jax.layers.attention.gqa import GQAttention
 from edge_jax.layers.attention.mla import MLAttention
 from edge_jax.layers.infini.spec import InfiniSpec
 from edge_jax.layers.infini.spec import validate as validate_infini
+from edge_jax.layers.rope import Rope
 from edge_jax.registry import SECTIONS, Registry, Section
 
 ATTENTION_KINDS = Registry("attention kind", key="model.attention")
@@ -26,13 +27,13 @@ ATTENTION_KINDS = Registry("attention kind", key="model.attention")
 
 @ATTENTION_KINDS.register("gqa")
 def gqa(cfg, **common):
-    return GQAttention(cfg.n_heads, cfg.n_kv_heads, cfg.head_dim, cfg.rope_theta, cfg.qk_norm, cfg.norm_eps,
+    return GQAttention(cfg.n_heads, cfg.n_kv_heads, cfg.head_dim, Rope.of(cfg), cfg.qk_norm, cfg.norm_eps,
                        infini=InfiniSpec.of(cfg), kernels=cfg.kernels, name="attn", **common)
 
 
 @ATTENTION_KINDS.register("mla")
 def mla(cfg, **common):
-    return MLAttention(cfg.n_heads, cfg.head_dim, cfg.d_rope, cfg.kv_lora_rank, cfg.q_lora_rank, cfg.rope_theta,
+    return MLAttention(cfg.n_heads, cfg.head_dim, cfg.d_rope, cfg.kv_lora_rank, cfg.q_lora_rank, Rope.of(cfg),
                        cfg.mla_absorb, cfg.norm_eps, kernels=cfg.kernels, name="attn", **common)
 
 

@@ -10,7 +10,9 @@ width), R = ``d_rope`` and I = K + R (the width of a whole query or key head)::
     o_t,i   = sum_j softmax_j(q_t,i . [k_j^C,i ; k_j^R] / sqrt(K + R)) v_j^C,i         (16)
     u_t     = W_O [o_t,1; ...; o_t,H]                                                  (17)
 
-``q_lora_rank`` > 0 adds DeepSeek-V2's query compression (``q_down`` -> RMSNorm -> ``q_up``).
+``q_lora_rank`` > 0 adds DeepSeek-V2's query compression (``q_down`` -> RMSNorm -> ``q_up``). Under YaRN with
+``model.rope_mscale_all_dim`` the softmax scale is multiplied by ``Rope.softmax_scale`` (DeepSeek-V2's
+``yarn_get_mscale(factor, mscale_all_dim)**2``), applied to the query.
 Params: ``q_proj`` [D, H, K+R] (or ``q_down`` [D, r_q], ``q_norm``, ``q_up`` [r_q, H, K+R]),
 ``kv_down`` [D, d_c], ``kv_norm`` [d_c], ``k_rope_proj`` [D, R], ``k_up`` / ``v_up`` [d_c, H, K],
 ``o_proj`` [H, K, D].
@@ -45,7 +47,7 @@ from edge_jax.layers.attention.gqa import dense_general
 from edge_jax.layers.kernels import backend
 from edge_jax.layers.kernels.mla_decode import mla_decode, mla_decode_xla
 from edge_jax.layers.norms import RMSNorm
-from edge_jax.layers.rope import apply_rope
+from edge_jax.layers.rope import Rope
 from edge_jax.sharding import per_shard
 
 
@@ -118,7 +120,7 @@ class MLAttention(nn.Module):
     d_rope: int
     kv_lora_rank: int      # d_c
     q_lora_rank: int = 0   # 0: full-rank query (PLM)
-    rope_theta: float = 10_000.0
+    rope: Rope = Rope()
     absorb: bool = False
     norm_eps: float = 1e-6
     init_std: float = 0.02
@@ -143,8 +145,10 @@ class MLAttention(nn.Module):
             return dense_general(features, axes, name, self.init_std, dt, pdt, in_axes)
 
         q_BTHI = self._query(x_BTD, dense)
+        if (s := self.rope.softmax_scale) != 1.0:  # DeepSeek-V2 under YaRN: softmax scale * mscale^2
+            q_BTHI = q_BTHI * jnp.asarray(s, q_BTHI.dtype)
         q_nope_BTHK = q_BTHI[..., :K]
-        q_rope_BTHR = apply_rope(q_BTHI[..., K:], positions_BT, self.rope_theta)
+        q_rope_BTHR = self.rope.apply(q_BTHI[..., K:], positions_BT)
         latent_BTC = RMSNorm(self.norm_eps, "kv_lora", self.param_dtype, name="kv_norm")(
             dense(C, ("embed", "kv_lora"), "kv_down")(x_BTD))
         k_rope_BTR = dense(R, ("embed", "head_dim"), "k_rope_proj")(x_BTD)  # before RoPE
@@ -154,7 +158,7 @@ class MLAttention(nn.Module):
                                                                    ("kv_lora", "heads", "head_dim")), (C, H, K), pdt)
         w_uk_CHK, w_uv_CHK = jnp.asarray(w_uk_CHK, dt), jnp.asarray(w_uv_CHK, dt)
         if context is None:
-            k_rope_BTR = apply_rope(k_rope_BTR[:, :, None], positions_BT, self.rope_theta)[:, :, 0]
+            k_rope_BTR = self.rope.apply(k_rope_BTR[:, :, None], positions_BT)[:, :, 0]
             o_BTHK = expanded_attention(q_nope_BTHK, q_rope_BTHR, latent_BTC, k_rope_BTR, w_uk_CHK, w_uv_CHK,
                                         causal_mask(positions_BT, positions_BT))
         else:
@@ -167,7 +171,7 @@ class MLAttention(nn.Module):
         :func:`edge_jax.layers.attention.cached.join_cache`) and on request SnapKV votes."""
         T = latent_BTC.shape[1]
         joined, mask_BGTS, stored = join_cache(ctx, {"c_kv": latent_BTC, "k_rope": k_rope_BTR}, positions_BT,
-                                               self.rope_theta, rotate="k_rope")
+                                               self.rope, rotate="k_rope")
         args = (q_nope_BTHK, q_rope_BTHR, joined["c_kv"], joined["k_rope"], w_uk_CHK, w_uv_CHK, mask_BGTS[:, 0])
         window = int(ctx.get("votes", 0))
         # Absorbed only for one-token decode steps: with many queries (prefill) decompressing once is

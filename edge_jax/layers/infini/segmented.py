@@ -28,7 +28,7 @@ from edge_jax.layers.infini.compressive import (
 from edge_jax.layers.infini.spec import InfiniSpec
 from edge_jax.layers.kernels import backend
 from edge_jax.layers.kernels.segment_attention import segment_attention
-from edge_jax.layers.rope import apply_rope
+from edge_jax.layers.rope import Rope
 from edge_jax.sharding import per_shard
 
 
@@ -53,7 +53,7 @@ def _fused(q_seg, k_seg, v_seg, sink_k_BSGK, sink_v_BSGK, M_seg, z_seg, eps: flo
                      (rows, rows))(q_seg, k_seg, v_seg, sink_k_BSGK, sink_v_BSGK, M_seg, z_seg)
 
 
-def segmented_attention(q_BTHK, k_BTGK, v_BTGK, layout: SegmentLayout, theta: float, spec: InfiniSpec, gate,
+def segmented_attention(q_BTHK, k_BTGK, v_BTGK, layout: SegmentLayout, rope: Rope, spec: InfiniSpec, gate,
                         kernels: str = "xla"):
     """``(attention [B, T, H, K], state)``; ``state`` is what Algorithm 1 keeps after prefill: the
     sink and remaining keys (before RoPE) and values, and the memory (M, z) of all O segments.
@@ -66,7 +66,7 @@ def segmented_attention(q_BTHK, k_BTGK, v_BTGK, layout: SegmentLayout, theta: fl
     G = k_BTGK.shape[2]
     S, seg_len, O = layout.sink, layout.segment, layout.n_segments
     pos_BT = jnp.broadcast_to(layout.local_positions(), (B, T))
-    q, k = apply_rope(q_BTHK, pos_BT, theta), apply_rope(k_BTGK, pos_BT, theta)
+    q, k = rope.apply(q_BTHK, pos_BT), rope.apply(k_BTGK, pos_BT)
     v = v_BTGK
     sink_k, sink_v = k[:, :S], v[:, :S]
     parts = []
@@ -107,7 +107,7 @@ def segmented_attention(q_BTHK, k_BTGK, v_BTGK, layout: SegmentLayout, theta: fl
     return jnp.concatenate(parts, axis=1), state
 
 
-def segmented_attention_reference(q_BTHK, k_BTGK, v_BTGK, layout: SegmentLayout, theta: float, spec: InfiniSpec,
+def segmented_attention_reference(q_BTHK, k_BTGK, v_BTGK, layout: SegmentLayout, rope: Rope, spec: InfiniSpec,
                                   gate):
     """:func:`segmented_attention` part by part: the sink causally; then each segment in turn attends
     to the sink and causally to itself, reads the memory of the segments before it through the gate
@@ -116,7 +116,7 @@ def segmented_attention_reference(q_BTHK, k_BTGK, v_BTGK, layout: SegmentLayout,
     G = k_BTGK.shape[2]
     S, seg_len, O = layout.sink, layout.segment, layout.n_segments
     pos_BT = jnp.broadcast_to(layout.local_positions(), (B, T))
-    q, k, v = apply_rope(q_BTHK, pos_BT, theta), apply_rope(k_BTGK, pos_BT, theta), v_BTGK
+    q, k, v = rope.apply(q_BTHK, pos_BT), rope.apply(k_BTGK, pos_BT), v_BTGK
 
     def local(lo, hi):  # a part at [lo, hi) over the sink and itself
         n = hi - lo

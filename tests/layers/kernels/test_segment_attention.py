@@ -16,6 +16,7 @@ from edge_jax.layers.infini import compressive as infini
 from edge_jax.layers.infini import segmented
 from edge_jax.layers.infini.spec import InfiniSpec
 from edge_jax.layers.kernels.segment_attention import segment_attention, segment_attention_reference
+from edge_jax.layers.rope import Rope
 from edge_jax.models import DecoderLM, ModelConfig
 
 TOL = {"float32": 1e-5, "bfloat16": 2e-2}
@@ -90,7 +91,7 @@ def _segmented_inputs(key, dtype, T, sink, window, segment, update, B=2, H=4, G=
     gate = infini.MemoryGate(H, K, spec.hidden, spec.gate_init)
     params = {"params": perturbed(gate.init(kg, jnp.zeros((1, 1, H, K)), jnp.zeros((1, 1, H, K)), False), 3)}
     normal = lambda k, h: jax.random.normal(k, (B, T, h, K), jnp.float32).astype(dtype)  # noqa: E731
-    return (normal(kq, H), normal(kk, G), normal(kv, G), layout, 1e4, spec), gate, params
+    return (normal(kq, H), normal(kk, G), normal(kv, G), layout, Rope(1e4), spec), gate, params
 
 
 # (dtype, update, T, sink, window, segment): N segments and a remaining part, with and without sink,

@@ -13,7 +13,7 @@ from edge_jax.config import load_config
 from edge_jax.data.builders.longctx_tasks import TASKS, eval_prompts
 from edge_jax.infer.kv_state import empty_caches, run_chunk
 from edge_jax.layers.infini.compressive import empty_memory
-from edge_jax.layers.rope import apply_rope
+from edge_jax.layers.rope import Rope
 from edge_jax.models import DecoderLM, ModelConfig
 from edge_jax.papers.edgeinfinite.inference import EdgeInfiniteSession
 from edge_jax.papers.edgeinfinite.layouts import (
@@ -72,8 +72,8 @@ def _check_prefill(cfg, params, kv, length: int, keep_sink: bool, keep_window: b
     M, z = np.zeros_like(np.asarray(session.memory[0]["M"][0], np.float64)), np.zeros(k_of.shape[1:])
     for seg in want.compressed:
         ids = np.asarray(seg)
-        k = np.asarray(apply_rope(k_of[ids][None].astype(np.float32), (len(want.sink) + np.arange(len(ids)))[None],
-                                  cfg.rope_theta)[0], np.float64)
+        k = np.asarray(Rope.of(cfg).apply(k_of[ids][None].astype(np.float32),
+                                          (len(want.sink) + np.arange(len(ids)))[None])[0], np.float64)
         sk = np.where(k > 0, k + 1.0, np.exp(np.minimum(k, 0.0)))  # σ = ELU + 1
         M, z = M + np.einsum("tgk,tgv->gkv", sk, v_of[ids]), z + sk.sum(axis=0)
     np.testing.assert_allclose(np.asarray(session.memory[0]["M"][0]), M, rtol=1e-4, atol=1e-4)
