@@ -128,11 +128,15 @@ def one_loss_chunk(cfg, mesh, micro: int, chunk: int) -> Cost:
     h = jax.ShapeDtypeStruct((micro, chunk, cfg.d_model), dt, sharding=rows)
     w = jax.ShapeDtypeStruct((cfg.d_model, cfg.vocab_size), dt, sharding=NamedSharding(mesh, P(None, "tensor")))
     t = jax.ShapeDtypeStruct((micro, chunk), jnp.int32, sharding=rows)
+    b = (jax.ShapeDtypeStruct((cfg.vocab_size,), jnp.dtype(cfg.param_dtype), sharding=NamedSharding(mesh, P("tensor")))
+         if cfg.lm_head_bias else None)
 
-    def f(h, w, t):
-        return jax.value_and_grad(lambda h, w: jnp.mean(chunked_token_losses(h, w, t, chunk)), argnums=(0, 1))(h, w)
+    def f(h, w, t, b):
+        def loss(h, w, b):
+            return jnp.mean(chunked_token_losses(h, w, t, chunk, b))
+        return jax.value_and_grad(loss, argnums=(0, 1, 2))(h, w, b)
 
-    return cost_of(on_mesh(mesh, jax.jit(f).lower)(h, w, t).compile())
+    return cost_of(on_mesh(mesh, jax.jit(f).lower)(h, w, t, b).compile())
 
 
 def optimizer_update(state_abs, shardings) -> Cost:

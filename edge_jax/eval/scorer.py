@@ -27,7 +27,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from edge_jax.eval.tasks import TaskError
-from edge_jax.models.head import vocab_logits
+from edge_jax.models.head import split_features, vocab_logits
 from edge_jax.models.inputs import apply_kwargs
 from edge_jax.sharding import batch_sharding, on_mesh, process_rows, replicated, to_global
 
@@ -112,7 +112,7 @@ def bucket(n: int, max_length: int, steps: int = BUCKET_STEPS) -> int:
 class Scorer:
     """Scores requests with a model: ``apply_fn({"params": params}, tokens_BT, features_only=True,
     host_inputs=host_fn(tokens))`` gives the final hidden states ``[B, T, D]`` and the head's weight
-    ``[D, V]`` (``DecoderLM``'s ``features_only``). With a ``mesh``, each batch's rows are split over
+    ``[D, V]`` (and bias ``[V]``, ``DecoderLM``'s ``features_only``). With a ``mesh``, each batch's rows are split over
     its data and fsdp axes (``batch_size`` must be a multiple of their size; every process builds the
     same batch and keeps its rows) and the results come back replicated. ``bucket_steps``: padded
     lengths per doubling (:func:`bucket`; more: less padding, more shapes to compile)."""
@@ -131,8 +131,9 @@ class Scorer:
         apply_fn = self.apply_fn
 
         def step(params, tokens_BT, index_BC, targets_BC, mask_BC, extra):
-            h_BTD, w_DV = apply_fn({"params": params}, tokens_BT, features_only=True, **apply_kwargs(extra))
-            logits = vocab_logits(jnp.take_along_axis(h_BTD, index_BC[..., None], axis=1), w_DV)
+            h_BTD, w_DV, b_V = split_features(apply_fn({"params": params}, tokens_BT, features_only=True,
+                                                       **apply_kwargs(extra)))
+            logits = vocab_logits(jnp.take_along_axis(h_BTD, index_BC[..., None], axis=1), w_DV, b_V)
             logp = jax.nn.log_softmax(logits, axis=-1)
             target_lp = jnp.take_along_axis(logp, targets_BC[..., None], axis=-1)[..., 0]
             greedy = jnp.argmax(logits, axis=-1) == targets_BC

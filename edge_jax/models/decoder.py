@@ -4,8 +4,12 @@ Parameter tree (names the HF converters rely on)::
 
     embed/embedding [V, D]
     layers_i/attn_norm/scale, layers_i/attn/{q,k,v}_proj/kernel [D,H|G,K], o_proj/kernel [H,K,D],
+    layers_i/attn/{q,k,v}_proj/bias [H|G,K] (model.qkv_bias), layers_i/attn/o_proj/bias [D] (model.o_bias),
     layers_i/attn/{q,k}_norm/scale [K], layers_i/ffn_norm/scale, layers_i/ffn/{gate,up,down}/kernel
-    final_norm/scale [D], lm_head/kernel [D, V] (untied only)
+    final_norm/scale [D], lm_head/kernel [D, V] (untied only), lm_head/bias [V] (model.lm_head_bias)
+
+``model.norm=layernorm`` adds ``bias`` beside each ``scale`` of ``attn_norm``, ``ffn_norm`` and
+``final_norm`` (:mod:`edge_jax.layers.norms`; QK-norm stays RMSNorm).
 
 ``attention=mla`` (PLM) replaces ``layers_i/attn`` by :class:`edge_jax.layers.attention.mla.MLAttention`
 (``q_proj``, ``kv_down``, ``kv_norm``, ``k_rope_proj``, ``k_up``, ``v_up``, ``o_proj``); ``ffn``
@@ -34,10 +38,10 @@ from edge_jax.layers.attention.kinds import ATTENTION_KINDS
 from edge_jax.layers.ffn import FFN
 from edge_jax.layers.moe.layer import MoE
 from edge_jax.layers.moe.routers import RouterParams
-from edge_jax.layers.norms import RMSNorm
+from edge_jax.layers.norms import make_norm
 from edge_jax.layers.token_memory.base import MEMORY_KINDS
 from edge_jax.models.config import ModelConfig
-from edge_jax.models.head import HeadKernel, vocab_logits
+from edge_jax.models.head import LMHead, vocab_logits
 from edge_jax.models.scan import REMAT_POLICIES, STACKED
 from edge_jax.sharding import constrain
 
@@ -72,7 +76,7 @@ class Block(nn.Module):
         branches = MEMORY_KINDS.get(c.memory).branches(c, self.layer)
         if "pre_attn" in branches:
             h_BTD = h_BTD + branches["pre_attn"](h_BTD, ctx)
-        x = RMSNorm(c.norm_eps, "norm", c.param_dtype, name="attn_norm")(h_BTD)
+        x = make_norm(c.norm, c.norm_eps, "norm", c.param_dtype, name="attn_norm")(h_BTD)
         attention = ATTENTION_KINDS.get(c.attention)(c, **common)
         a_BTD = attention(x, positions_BT, ctx.get("attn_context"))
         h_BTD = h_BTD + a_BTD
@@ -80,7 +84,7 @@ class Block(nn.Module):
             h_BTD = h_BTD + branches["attn"](x, ctx)
         if "post_attn" in branches:
             h_BTD = h_BTD + branches["post_attn"](h_BTD, ctx)
-        x = RMSNorm(c.norm_eps, "norm", c.param_dtype, name="ffn_norm")(h_BTD)
+        x = make_norm(c.norm, c.norm_eps, "norm", c.param_dtype, name="ffn_norm")(h_BTD)
         if self.layer in c.moe_layer_ids():
             h_BTD = h_BTD + self._moe(common)(x, jnp.linalg.norm(a_BTD.astype(jnp.float32), axis=-1))
         else:
@@ -139,7 +143,8 @@ class DecoderLM(nn.Module):
         ``attn_context``: one dict per layer, its explicit KV cache (and EdgeInfinite memory) for the
         attention layers (:mod:`edge_jax.infer.kv_state`, :mod:`edge_jax.layers.attention.cached`);
         pass ``positions_BT`` with it. ``features_only``: ``(h_BTD, w_DV)``, the final hidden states
-        and the head's weight in the compute dtype, instead of the logits (:mod:`edge_jax.models.head`)."""
+        and the head's weight in the compute dtype, instead of the logits, and the head's bias ``b_V``
+        (param dtype) third with ``model.lm_head_bias`` (:func:`edge_jax.models.head.split_features`)."""
         c = self.cfg
         memory = MEMORY_KINDS.get(c.memory)
         host = dict(host_inputs or {})
@@ -168,11 +173,15 @@ class DecoderLM(nn.Module):
                 h = block_cls(c, i, name=f"layers_{i}")(h, positions_BT, layer_ctx(ctx, stacked, i))
                 h = constrain(h, ("batch", "seq", "embed"))
                 hidden.append(h)
-        h = RMSNorm(c.norm_eps, "norm", c.param_dtype, name="final_norm")(h)
-        w = embed.embedding.T if c.tie_embeddings else HeadKernel(c.d_model, c.vocab_size, c.init_std,
-                                                                    c.param_dtype, name="lm_head")()
+        h = make_norm(c.norm, c.norm_eps, "norm", c.param_dtype, name="final_norm")(h)
+        w, b = (None, None)
+        if c.lm_head_bias or not c.tie_embeddings:
+            w, b = LMHead(c.d_model, c.vocab_size, c.init_std, c.param_dtype, untied=not c.tie_embeddings,
+                          bias=c.lm_head_bias, name="lm_head")()
+        w = embed.embedding.T if c.tie_embeddings else w
         h, w = h.astype(jnp.dtype(c.dtype)), w.astype(jnp.dtype(c.dtype))
-        out = (h, w) if features_only else vocab_logits(h, w)
+        head = (w,) if b is None else (w, b)
+        out = (h, *head) if features_only else vocab_logits(h, *head)
         return (out, hidden) if return_hidden else out
 
     def _scanned(self, h, positions_BT, ctx, stacked, return_hidden):

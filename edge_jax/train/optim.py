@@ -42,7 +42,7 @@ def make_schedule(t) -> optax.Schedule:
 
 
 def make_optimizer(t) -> tuple[optax.GradientTransformation, optax.Schedule]:
-    """AdamW with global-norm clipping; weight decay skips 1-D params (norm scales; per layer under
+    """AdamW with global-norm clipping; weight decay skips 1-D params and biases (norm scales; per layer under
     ``model.scan_layers``, whose paths read ``layers/attn/q_proj/kernel``).
 
     ``train.trainable`` (a regex over param paths like ``layers_0/attn/q_proj/kernel``) picks the
@@ -111,9 +111,11 @@ def trained_count(params, trainable: str = ALL) -> tuple[int, int]:
 
 def _matrices_only(params):
     """Weight decay's mask: params with 2+ axes, not counting the scanned layer axis (under
-    ``model.scan_layers`` a norm scale ``layers/.../scale`` is [L, D] and still skips decay)."""
+    ``model.scan_layers`` a norm scale ``layers/.../scale`` is [L, D] and still skips decay), and
+    not a ``bias`` (the q/k/v biases are [H, K])."""
     def is_matrix(path, p):
-        return p.ndim - (param_path(path).split("/")[0] == STACKED) > 1
+        name = param_path(path)
+        return p.ndim - (name.split("/")[0] == STACKED) > 1 and not name.endswith("/bias")
     return jax.tree_util.tree_map_with_path(is_matrix, params)
 
 

@@ -5,7 +5,7 @@ import jax
 import jax.numpy as jnp
 import optax
 
-from edge_jax.models.head import chunked_token_losses, token_losses
+from edge_jax.models.head import chunked_token_losses, split_features, token_losses
 from edge_jax.models.inputs import model_kwargs
 
 
@@ -16,7 +16,8 @@ def batch_token_losses(params, apply_fn, batch, loss_chunk: int = 0, mutable=Fal
     out, variables = apply_fn({"params": params}, batch["inputs"], **model_kwargs(batch),
                               features_only=loss_chunk > 0, mutable=mutable or [])
     if loss_chunk > 0:
-        return chunked_token_losses(*out, batch["targets"], loss_chunk), variables
+        h_BTD, w_DV, b_V = split_features(out)
+        return chunked_token_losses(h_BTD, w_DV, batch["targets"], loss_chunk, b_V), variables
     return token_losses(out, batch["targets"]), variables
 
 

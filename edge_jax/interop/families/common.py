@@ -38,6 +38,16 @@ def no_sliding_window(c: Mapping) -> None:
                           "edge_jax has full causal attention only")
 
 
+def refuse_model(cfg, family: str, **expected) -> None:
+    """:class:`Unsupported` when one of our model keys differs from the value ``family``'s HF form has
+    (``norm="rmsnorm"``, ``qkv_bias=False``, ``o_bias=False`` and ``lm_head_bias=False`` unless given)."""
+    for key, want in {"norm": "rmsnorm", "qkv_bias": False, "o_bias": False, "lm_head_bias": False,
+                      **expected}.items():
+        value = getattr(cfg, key)
+        if value != want:
+            raise Unsupported(f"model.{key}={value!r} has no {family} form (it takes {want!r})")
+
+
 def decoder_keys(c: Mapping) -> dict:
     """The ``model.*`` decoder keys of a Llama-layout config (GQA, SwiGLU, RMSNorm), RoPE included."""
     from edge_jax.interop.rope import rope_keys

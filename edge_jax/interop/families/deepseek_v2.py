@@ -27,7 +27,7 @@ import dataclasses
 import numpy as np
 
 from edge_jax.interop import layouts
-from edge_jax.interop.families.common import refuse, rope_parameters, silu_only
+from edge_jax.interop.families.common import refuse, refuse_model, rope_parameters, silu_only
 from edge_jax.interop.family import FAMILIES, Family, Tensor, Unsupported, copy, linear, permuted
 
 SUBNORM_EPS = 1e-6  # DeepseekV2RMSNorm default: q_a_layernorm / kv_a_layernorm ignore rms_norm_eps
@@ -120,6 +120,7 @@ def _moe_hf(cfg) -> dict:
 def hf_config(cfg) -> dict:
     from edge_jax.interop.rope import rope_hf
 
+    refuse_model(cfg, "DeepSeek-V2")
     if cfg.attention != "mla" or cfg.qk_norm or cfg.norm_eps != SUBNORM_EPS:
         raise Unsupported(f"model.attention={cfg.attention!r} (qk_norm={cfg.qk_norm}, norm_eps={cfg.norm_eps}) has "
                           "no DeepSeek-V2 form (mla, no QK-norm, norm_eps 1e-6)")

@@ -3,7 +3,14 @@ GQA without QK-norm, SwiGLU, RMSNorm, no biases."""
 from __future__ import annotations
 
 from edge_jax.interop import layouts
-from edge_jax.interop.families.common import decoder_hf_config, decoder_keys, no_sliding_window, refuse, silu_only
+from edge_jax.interop.families.common import (
+    decoder_hf_config,
+    decoder_keys,
+    no_sliding_window,
+    refuse,
+    refuse_model,
+    silu_only,
+)
 from edge_jax.interop.family import FAMILIES, Family, Unsupported
 
 
@@ -17,6 +24,7 @@ def model_keys(c: dict) -> dict:
 
 
 def hf_config(cfg) -> dict:
+    refuse_model(cfg, "Llama")
     if cfg.qk_norm:
         raise Unsupported("model.qk_norm=True has no Llama form; export as qwen3")
     return {**decoder_hf_config(cfg, "llama", "LlamaForCausalLM"), "attention_bias": False, "mlp_bias": False}

@@ -2,7 +2,14 @@
 from __future__ import annotations
 
 from edge_jax.interop import layouts
-from edge_jax.interop.families.common import decoder_hf_config, decoder_keys, no_sliding_window, refuse, silu_only
+from edge_jax.interop.families.common import (
+    decoder_hf_config,
+    decoder_keys,
+    no_sliding_window,
+    refuse,
+    refuse_model,
+    silu_only,
+)
 from edge_jax.interop.family import FAMILIES, Family, Unsupported
 
 
@@ -14,6 +21,7 @@ def model_keys(c: dict) -> dict:
 
 
 def hf_config(cfg) -> dict:
+    refuse_model(cfg, "Qwen3")
     if not cfg.qk_norm:
         raise Unsupported("model.qk_norm=False has no Qwen3 form (Qwen3 normalises q and k); export as llama")
     return {**decoder_hf_config(cfg, "qwen3", "Qwen3ForCausalLM"), "attention_bias": False}

@@ -13,7 +13,14 @@ Tensors (checkpoint layout): ``mlp.gate.weight`` [E, D] -> ``moe/router``,
 from __future__ import annotations
 
 from edge_jax.interop import layouts
-from edge_jax.interop.families.common import decoder_hf_config, decoder_keys, no_sliding_window, refuse, silu_only
+from edge_jax.interop.families.common import (
+    decoder_hf_config,
+    decoder_keys,
+    no_sliding_window,
+    refuse,
+    refuse_model,
+    silu_only,
+)
 from edge_jax.interop.family import FAMILIES, Family, Unsupported
 
 
@@ -37,6 +44,7 @@ def model_keys(c: dict) -> dict:
 
 
 def _check_exportable(cfg) -> None:
+    refuse_model(cfg, "Qwen3-MoE")
     if not cfg.qk_norm:
         raise Unsupported("model.qk_norm=False has no Qwen3-MoE form (Qwen3 normalises q and k)")
     if cfg.moe_router != "softmax" or cfg.moe_routed_scale != 1.0 or cfg.moe_shared_d_ff:

@@ -21,10 +21,13 @@ from edge_jax.layers.norms import RMSNorm
 from edge_jax.layers.rope import Rope
 
 
-def dense_general(features, axes, name, std, dtype, param_dtype, in_axes=-1):
-    return nn.DenseGeneral(features=features, axis=in_axes, use_bias=False, name=name, dtype=dtype,
+def dense_general(features, axes, name, std, dtype, param_dtype, in_axes=-1, bias: bool = False):
+    """A projection with kernel axes ``axes`` (inputs then outputs); ``bias`` adds ``bias`` over the outputs."""
+    n_out = len(features) if isinstance(features, tuple) else 1
+    return nn.DenseGeneral(features=features, axis=in_axes, use_bias=bias, name=name, dtype=dtype,
                            param_dtype=param_dtype,
-                           kernel_init=nn.with_logical_partitioning(nn.initializers.normal(std), axes))
+                           kernel_init=nn.with_logical_partitioning(nn.initializers.normal(std), axes),
+                           bias_init=nn.with_logical_partitioning(nn.initializers.zeros, axes[-n_out:]))
 
 
 class GQAttention(nn.Module):
@@ -36,7 +39,8 @@ class GQAttention(nn.Module):
     runs the layer against its explicit cache and memory
     (:func:`edge_jax.layers.attention.cached.context_attention`); what the cache needs is sown into
     the ``"intermediates"`` collection. ``kernels`` (``model.kernels``) may send the plain causal
-    path to the backend's library kernel (:mod:`edge_jax.layers.kernels.flash`).
+    path to the backend's library kernel (:mod:`edge_jax.layers.kernels.flash`). ``qkv_bias`` /
+    ``o_bias`` add biases to the q/k/v and output projections (``model.qkv_bias`` / ``model.o_bias``).
     """
     n_heads: int
     n_kv_heads: int
@@ -49,14 +53,17 @@ class GQAttention(nn.Module):
     param_dtype: str = "float32"
     infini: InfiniSpec | None = None
     kernels: str = "xla"  # model.kernels (edge_jax.layers.kernels.backend)
+    qkv_bias: bool = False
+    o_bias: bool = False
 
     @nn.compact
     def __call__(self, x_BTD, positions_BT, context: dict | None = None):
         H, G, K, std = self.n_heads, self.n_kv_heads, self.head_dim, self.init_std
         dt, pdt = jnp.dtype(self.dtype), jnp.dtype(self.param_dtype)
-        q = dense_general((H, K), ("embed", "heads", "head_dim"), "q_proj", std, dt, pdt)(x_BTD)
-        k = dense_general((G, K), ("embed", "kv_heads", "head_dim"), "k_proj", std, dt, pdt)(x_BTD)
-        v = dense_general((G, K), ("embed", "kv_heads", "head_dim"), "v_proj", std, dt, pdt)(x_BTD)
+        b = self.qkv_bias
+        q = dense_general((H, K), ("embed", "heads", "head_dim"), "q_proj", std, dt, pdt, bias=b)(x_BTD)
+        k = dense_general((G, K), ("embed", "kv_heads", "head_dim"), "k_proj", std, dt, pdt, bias=b)(x_BTD)
+        v = dense_general((G, K), ("embed", "kv_heads", "head_dim"), "v_proj", std, dt, pdt, bias=b)(x_BTD)
         if self.qk_norm:
             q = RMSNorm(self.norm_eps, "head_dim", self.param_dtype, name="q_norm")(q)
             k = RMSNorm(self.norm_eps, "head_dim", self.param_dtype, name="k_norm")(k)
@@ -80,4 +87,4 @@ class GQAttention(nn.Module):
             if gate is not None and self.is_initializing():  # create the gate's params
                 gate(attn_BTHK, attn_BTHK, False)
         return dense_general(x_BTD.shape[-1], ("heads", "head_dim", "embed"), "o_proj", std, dt, pdt,
-                             in_axes=(-2, -1))(attn_BTHK)
+                             in_axes=(-2, -1), bias=self.o_bias)(attn_BTHK)

@@ -1,7 +1,8 @@
 """Attention kinds (``model.attention``): the registry, each kind's factory, and the keys they read.
 
 - ``gqa``: grouped-query attention with QK-norm (:class:`~edge_jax.layers.attention.gqa.GQAttention`;
-  MHA when ``n_kv_heads == n_heads``), optionally with EdgeInfinite's compressed memory and gate
+  MHA when ``n_kv_heads == n_heads``), biases on q/k/v and the output with ``model.qkv_bias`` /
+  ``model.o_bias`` (:class:`AttentionBiasKeys`), optionally with EdgeInfinite's compressed memory and gate
   (:class:`~edge_jax.layers.infini.spec.InfiniSpec`, whose fields are the ``model.infini_*`` keys).
 - ``mla``: multi-head latent attention (:class:`~edge_jax.layers.attention.mla.MLAttention`; PLM, DeepSeek-V2):
   ``head_dim`` is d_nope and the value width, ``kv_lora_rank`` d_c, ``q_lora_rank`` 0 a full-rank
@@ -28,11 +29,13 @@ ATTENTION_KINDS = Registry("attention kind", key="model.attention")
 @ATTENTION_KINDS.register("gqa")
 def gqa(cfg, **common):
     return GQAttention(cfg.n_heads, cfg.n_kv_heads, cfg.head_dim, Rope.of(cfg), cfg.qk_norm, cfg.norm_eps,
-                       infini=InfiniSpec.of(cfg), kernels=cfg.kernels, name="attn", **common)
+                       infini=InfiniSpec.of(cfg), kernels=cfg.kernels, qkv_bias=cfg.qkv_bias, o_bias=cfg.o_bias,
+                       name="attn", **common)
 
 
 @ATTENTION_KINDS.register("mla")
 def mla(cfg, **common):
+    _refuse_bias(cfg)
     return MLAttention(cfg.n_heads, cfg.head_dim, cfg.d_rope, cfg.kv_lora_rank, cfg.q_lora_rank, Rope.of(cfg),
                        cfg.mla_absorb, cfg.norm_eps, kernels=cfg.kernels, name="attn", **common)
 
@@ -64,5 +67,25 @@ def _validate_mla(c) -> None:
                           "set model.qk_norm=false with model.attention=mla")
 
 
+@dataclasses.dataclass(frozen=True)
+class AttentionBiasKeys:
+    """``model.*`` keys of the attention projections' biases (GQA only): ``qkv_bias`` on q/k/v
+    (Qwen2, Phi-3.5-MoE; params ``attn/{q,k,v}_proj/bias`` [H|G, K]), ``o_bias`` on the output
+    projection (``attn/o_proj/bias`` [D])."""
+    qkv_bias: bool = False
+    o_bias: bool = False
+
+
+def _refuse_bias(m) -> None:
+    if m.attention != "gqa" and (m.qkv_bias or m.o_bias):
+        raise ConfigError(f"model.qkv_bias and model.o_bias apply to GQA only; set both false with "
+                          f"model.attention={m.attention}")
+
+
+def _validate_bias(c) -> None:
+    _refuse_bias(c.model)
+
+
 SECTIONS.register("mla", Section("model", MLAKeys, _validate_mla))
+SECTIONS.register("attention_bias", Section("model", AttentionBiasKeys, _validate_bias))
 SECTIONS.register("infini", Section("model", InfiniSpec, validate_infini))

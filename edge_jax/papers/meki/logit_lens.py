@@ -23,8 +23,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from edge_jax.layers.norms import rms_normalize
-from edge_jax.models.head import vocab_logits
+from edge_jax.layers.norms import make_norm
+from edge_jax.models.head import split_features, vocab_logits
 from edge_jax.papers.meki.logit_lens_seeds import (
     DIRECTIONS,
     Run,
@@ -37,11 +37,12 @@ from edge_jax.papers.meki.logit_lens_seeds import (
 from edge_jax.utils.atomic import save_figure_atomic
 
 
-def early_exit_logits(cfg, params, h_BTD, w_DV):
-    """The model's final norm and LM head ``w_DV`` (as the model hands it out with
-    ``features_only``) applied to a hidden state (float32 logits [B, T, V])."""
-    x_BTD = (rms_normalize(h_BTD, cfg.norm_eps) * params["final_norm"]["scale"].astype(jnp.float32)).astype(h_BTD.dtype)
-    return vocab_logits(x_BTD.astype(w_DV.dtype), w_DV)
+def early_exit_logits(cfg, params, h_BTD, w_DV, b_V=None):
+    """The model's final norm (kind ``model.norm``) and LM head ``w_DV``, ``b_V`` (as the model hands
+    them out with ``features_only``) applied to a hidden state (float32 logits [B, T, V])."""
+    norm = make_norm(cfg.norm, cfg.norm_eps, "norm", cfg.param_dtype)
+    x_BTD = norm.apply({"params": params["final_norm"]}, h_BTD)
+    return vocab_logits(x_BTD.astype(w_DV.dtype), w_DV, b_V)
 
 
 def make_layer_kl_fn(model):
@@ -51,12 +52,13 @@ def make_layer_kl_fn(model):
 
     def fn(params, tokens_BT, mask_BT, extra):
         params = nn.unbox(params)
-        (h_final, w_DV), hidden = model.apply({"params": params}, tokens_BT, return_hidden=True,
-                                              features_only=True, **extra)
-        logp_final_BTV = jax.nn.log_softmax(vocab_logits(h_final, w_DV), axis=-1)
+        features, hidden = model.apply({"params": params}, tokens_BT, return_hidden=True, features_only=True,
+                                       **extra)
+        h_final, w_DV, b_V = split_features(features)
+        logp_final_BTV = jax.nn.log_softmax(vocab_logits(h_final, w_DV, b_V), axis=-1)
         sums, reverse = [], []
         for h_BTD in hidden:
-            logp_BTV = jax.nn.log_softmax(early_exit_logits(model.cfg, params, h_BTD, w_DV), axis=-1)
+            logp_BTV = jax.nn.log_softmax(early_exit_logits(model.cfg, params, h_BTD, w_DV, b_V), axis=-1)
             kl_BT = jnp.sum(jnp.exp(logp_BTV) * (logp_BTV - logp_final_BTV), axis=-1)
             rkl_BT = jnp.sum(jnp.exp(logp_final_BTV) * (logp_final_BTV - logp_BTV), axis=-1)
             sums.append(jnp.sum(kl_BT * mask_BT))
