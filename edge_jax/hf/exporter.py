@@ -21,7 +21,8 @@ from edge_jax.errors import UserError
 from edge_jax.hf import memory_tables as tables
 from edge_jax.hf.importer import HF_DIR, SOURCE, TOKENIZER_FILES
 from edge_jax.interop.convert import flatten, hf_from_params, nest
-from edge_jax.interop.family import FAMILIES, Unsupported, family_of
+from edge_jax.interop.families import family_of
+from edge_jax.interop.family import FAMILIES, Unsupported
 from edge_jax.interop.safetensors_io import write_shards
 
 SHARD_BYTES = 5 * 10**9
@@ -44,8 +45,6 @@ def no_hf_form(config, cfg, memory_tables: bool = False) -> str | None:
 def pick_family(workdir: str, cfg, paths: set, with_memory: bool) -> tuple[str, object]:
     """The imported family, else the first registered one whose tensor map covers ``paths`` (all of them,
     or with ``with_memory`` all but the memory's)."""
-    from edge_jax.interop import families  # noqa: F401  (registers them)
-
     source = os.path.join(workdir, SOURCE)
     if os.path.exists(source):
         with open(source) as f:

@@ -10,7 +10,8 @@ from typing import Callable, Iterable, Iterator, Mapping
 
 import numpy as np
 
-from edge_jax.interop.family import Family, Tensor, Unsupported, family_of
+from edge_jax.interop.families import family_of
+from edge_jax.interop.family import Family, Tensor, Unsupported
 from edge_jax.models.config import ModelConfig
 
 _IGNORED_SUFFIXES = ("rotary_emb.inv_freq",)  # non-persistent buffers some checkpoints still carry

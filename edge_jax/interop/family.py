@@ -83,14 +83,3 @@ class Family:
 
 
 FAMILIES: Registry[Family] = Registry("HF model family")
-
-
-def family_of(model_type: str) -> tuple[str, Family]:
-    """``(name, family)`` reading ``model_type``; :class:`Unsupported` listing the supported ones."""
-    from edge_jax.interop import families  # noqa: F401  (registers every family)
-
-    for name, fam in FAMILIES.items():
-        if model_type in fam.model_types:
-            return name, fam
-    known = sorted(t for _, f in FAMILIES.items() for t in f.model_types)
-    raise Unsupported(f"unsupported model_type {model_type!r}; edge_jax converts {', '.join(known)}")

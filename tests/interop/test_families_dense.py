@@ -1,11 +1,18 @@
 """Qwen3 and Llama families against random tiny transformers models: logits, and export back bit for bit."""
+import numpy as np
 import pytest
 from helpers import require_extra
 
 pytestmark = require_extra("torch", "transformers")
 import torch  # noqa: E402
 import transformers  # noqa: E402
-from parity import assert_roundtrip, max_logit_diff, perturb_norms, random_tokens  # noqa: E402
+from parity import (  # noqa: E402
+    assert_roundtrip,
+    greedy_tokens,
+    max_logit_diff,
+    perturb_norms,
+    random_tokens,
+)
 
 TOL = 1e-4
 TINY = dict(vocab_size=300, hidden_size=64, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
@@ -44,6 +51,13 @@ def test_logits_match_transformers(case):
 @pytest.mark.parametrize("case", sorted(CASES))
 def test_export_gives_back_every_tensor(case):
     assert_roundtrip(CASES[case]())
+
+
+@pytest.mark.parametrize("case", ["qwen3", "llama"])
+def test_greedy_decoding_with_our_kv_cache_matches_generate(case):
+    ours, theirs = greedy_tokens(CASES[case](), random_tokens(TINY["vocab_size"], batch=2, length=8))
+    np.testing.assert_array_equal(ours, theirs)
+
 
 def test_llama3_rope_scaling_matches_past_the_original_length_and_exports_its_parameters():
     from parity import imported
