@@ -22,7 +22,7 @@ def add_arguments(parser) -> None:
     p.add_argument("--workdir", required=True, help="the new workdir (must not exist or be empty)")
     p.add_argument("--check", action="store_true", help="then compare logits with transformers (float32, CPU) "
                                                         "on random sequences and print max |Δ logits|")
-    p.set_defaults(fn=run_import)
+    p.set_defaults(fn=run_import, joins_job=False)  # a conversion on one host, not one process of a job
     p = sub.add_parser("export", help="a workdir's params as an HF checkpoint directory transformers loads")
     p.add_argument("--workdir", required=True)
     p.add_argument("--out", required=True, help="the new HF checkpoint directory (must not exist or be empty)")
@@ -32,7 +32,7 @@ def add_arguments(parser) -> None:
                    "only edge-jax hf import reads back")
     p.add_argument("--check", action="store_true", help="then load it with transformers and compare logits "
                                                         "(a model without a memory)")
-    p.set_defaults(fn=run_export)
+    p.set_defaults(fn=run_export, joins_job=False)
 
 
 def _check(hf_dir: str, workdir: str) -> None:

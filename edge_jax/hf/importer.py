@@ -99,7 +99,7 @@ def edge_config(cfg, tokenizer: str) -> ml_collections.ConfigDict:
     return config
 
 
-def plan(src: str, workdir: str):
+def plan(src: str):
     """Everything checked, nothing written: ``(directory, family name, cfg, entries, ckpt, hf_config)``."""
     directory = resolve_source(src)
     hf_config = read_hf_config(directory)
@@ -109,7 +109,7 @@ def plan(src: str, workdir: str):
     if memory:  # an edge_jax export with a memory's tables: the model that was exported
         keys, tables = memory
         ckpt.entries.update(tables.entries)
-        cfg = with_memory(cfg, keys, tables)
+        cfg = with_memory(cfg, keys)
     entries = fam.tensors(cfg) + (memory_entries(tables) if memory else [])
     check_names(entries, ckpt.names(), cfg)
     for t in entries:
@@ -122,15 +122,15 @@ def plan(src: str, workdir: str):
     return directory, name, cfg, fam.tensors(cfg) + (memory_entries(tables) if memory else []), ckpt, hf_config
 
 
-def with_memory(cfg, keys: dict, tables: Checkpoint):
+def with_memory(cfg, keys: dict):
     """``cfg`` with the memory keys an export recorded (the family gave the decoder's)."""
     family = {f.name: getattr(cfg, f.name) for f in dataclasses.fields(cfg)}
     own = {k: tuple(v) if isinstance(v, list) else v for k, v in keys.items()
-           if k in family and k not in ("dtype", "param_dtype") and not _decoder_key(k, cfg)}
+           if k in family and k not in ("dtype", "param_dtype") and not _decoder_key(k)}
     return dataclasses.replace(cfg, **own)
 
 
-def _decoder_key(key: str, cfg) -> bool:
+def _decoder_key(key: str) -> bool:
     from edge_jax.models.config import DecoderKeys
 
     return key in {f.name for f in dataclasses.fields(DecoderKeys)}
@@ -166,7 +166,7 @@ def import_checkpoint(src: str, workdir: str, say=print) -> dict:
 
     final = os.path.abspath(os.path.expanduser(workdir))
     _check_target(final)
-    directory, family, cfg, entries, ckpt, hf_config = plan(src, final)
+    directory, family, cfg, entries, ckpt, hf_config = plan(src)
     shapes = param_shapes(cfg)
     mapped = {t.ours for t in entries}
     if set(shapes) != mapped:
