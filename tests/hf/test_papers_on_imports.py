@@ -20,7 +20,9 @@ TINY = dict(vocab_size=300, hidden_size=64, num_hidden_layers=2, num_attention_h
 BUILD = {"qwen3": (transformers.Qwen3ForCausalLM, transformers.Qwen3Config, {}),
          "llama": (transformers.LlamaForCausalLM, transformers.LlamaConfig, {}),
          "qwen3_moe": (transformers.Qwen3MoeForCausalLM, transformers.Qwen3MoeConfig,
-                       dict(num_experts=8, num_experts_per_tok=2, moe_intermediate_size=32, norm_topk_prob=True))}
+                       dict(num_experts=8, num_experts_per_tok=2, moe_intermediate_size=32, norm_topk_prob=True)),
+         "phimoe": (transformers.PhimoeForCausalLM, transformers.PhimoeConfig,
+                    dict(num_local_experts=8, num_experts_per_tok=2, attention_bias=True, lm_head_bias=True))}
 
 
 @pytest.fixture(autouse=True)
@@ -75,10 +77,11 @@ def test_plm_sparsity_analysis_on_an_imported_swiglu_model(tmp_path, kind, capsy
     assert (out / "sparsity.md").exists() and (out / "sparsity.csv").exists()
 
 
-def test_npumoe_calibrate_plan_trace_and_cache_replay_on_an_imported_moe(tmp_path, capsys):
+@pytest.mark.parametrize("kind", ["qwen3_moe", "phimoe"])
+def test_npumoe_calibrate_plan_trace_and_cache_replay_on_an_imported_moe(tmp_path, capsys, kind):
     from edge_jax.train.loop import train_and_evaluate
 
-    base = _imported(tmp_path, "qwen3_moe")
+    base = _imported(tmp_path, kind)
     assert main(["moe", "calibrate", "--workdir", base, "--batches", "2", "--second-data", "facts"]) == 0
     plan = os.path.join(base, "calibration.json")
     assert os.path.exists(plan)

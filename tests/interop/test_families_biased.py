@@ -7,7 +7,14 @@ from helpers import require_extra
 pytestmark = require_extra("torch", "transformers")
 import torch  # noqa: E402
 import transformers  # noqa: E402
-from parity import assert_roundtrip, imported, max_logit_diff, perturb_norms, random_tokens  # noqa: E402
+from parity import (  # noqa: E402
+    assert_roundtrip,
+    greedy_tokens,
+    imported,
+    max_logit_diff,
+    perturb_norms,
+    random_tokens,
+)
 
 from edge_jax.interop.convert import model_config_from_hf  # noqa: E402
 from edge_jax.interop.family import Unsupported  # noqa: E402
@@ -200,3 +207,9 @@ def test_export_refuses_what_the_family_has_no_form_of(family, change, needle):
     with pytest.raises(Unsupported) as e:
         FAMILIES.get(family).hf_config(dataclasses.replace(cfg, **change))
     assert needle in str(e.value) and "\n" not in str(e.value)
+
+
+@pytest.mark.parametrize("case", ["qwen2", "phimoe"])
+def test_greedy_decoding_with_our_kv_cache_matches_generate(case):
+    ours, theirs = greedy_tokens(CASES[case](), random_tokens(V, batch=2, length=8))
+    np.testing.assert_array_equal(ours, theirs)

@@ -37,6 +37,8 @@ CASES = {
     "qwen3": lambda: _model(transformers.Qwen3ForCausalLM, transformers.Qwen3Config, tie_word_embeddings=True),
     "qwen3-untied": lambda: _model(transformers.Qwen3ForCausalLM, transformers.Qwen3Config, tie_word_embeddings=False),
     "llama": lambda: _model(transformers.LlamaForCausalLM, transformers.LlamaConfig, tie_word_embeddings=False),
+    "mistral": lambda: _model(transformers.MistralForCausalLM, transformers.MistralConfig, tie_word_embeddings=False,
+                              sliding_window=None),
     "llama3-rope": lambda: _model(transformers.LlamaForCausalLM, transformers.LlamaConfig, tie_word_embeddings=False,
                                   rope_scaling=LLAMA3_ROPE),
 }

@@ -7,7 +7,14 @@ from helpers import require_extra
 pytestmark = require_extra("torch", "transformers")
 import torch  # noqa: E402
 import transformers  # noqa: E402
-from parity import assert_roundtrip, imported, max_logit_diff, perturb_norms, random_tokens  # noqa: E402
+from parity import (  # noqa: E402
+    assert_roundtrip,
+    greedy_tokens,
+    imported,
+    max_logit_diff,
+    perturb_norms,
+    random_tokens,
+)
 
 from edge_jax.interop.convert import model_config_from_hf  # noqa: E402
 from edge_jax.interop.family import Unsupported  # noqa: E402
@@ -152,3 +159,9 @@ def test_unexportable_settings_are_refused():
     _, fam, cfg = model_config_from_hf(qwen().config.to_dict())
     with pytest.raises(Unsupported, match="group_limited"):
         fam.hf_config(dataclasses.replace(cfg, moe_router="group_limited"))
+
+
+@pytest.mark.parametrize("case", ["qwen3_moe-mlp_only", "deepseek_v2"])
+def test_greedy_decoding_with_our_kv_cache_matches_generate(case):
+    ours, theirs = greedy_tokens(CASES[case](), random_tokens(V, batch=2, length=8))
+    np.testing.assert_array_equal(ours, theirs)
