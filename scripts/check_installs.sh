@@ -3,7 +3,7 @@
 # then `test`, then `test,tpu`, each added to the one environment in turn (pip only adds packages, so each
 # stage holds what a fresh install of that set holds, and the core is installed once). In each stage:
 # `edge-jax --help`, a 5-step training run of the tiny preset, and with pytest the layering test, the
-# hidden-extras test and every test marked `needs_extra` (the whole suite is collected, so every test
+# hidden-extras test, HF import and export (tests/hf/test_import_core.py) and every test marked `needs_extra` (the whole suite is collected, so every test
 # module must import without the missing extras): those that need an extra this stage lacks skip with
 # their reason, the rest run. Used by .ci/run; takes a few minutes.
 #   bash scripts/check_installs.sh
@@ -24,7 +24,8 @@ for extras in "" "test" "test,tpu"; do
   "$VENV/bin/edge-jax" train --config configs/lm.py:size=tiny --workdir "$WORK/train-${extras:-core}" \
     --config.train.steps=5 --config.train.warmup_steps=1 2>&1 | tail -n 1
   if [[ ",$extras," == *",test,"* ]]; then
-    "$VENV/bin/python" -m pytest -q -p no:cacheprovider tests/test_layering.py tests/utils/test_extras.py
+    "$VENV/bin/python" -m pytest -q -p no:cacheprovider tests/test_layering.py tests/utils/test_extras.py \
+      tests/hf/test_import_core.py  # HF import and export need nothing of the interop extra
     "$VENV/bin/python" -m pytest -q -rs -p no:cacheprovider -n 2 -m 'needs_extra and not slow' tests
   fi
   echo "== '$spec': passed in $((SECONDS - t0)) s"
