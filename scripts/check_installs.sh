@@ -3,9 +3,9 @@
 # then `test`, then `test,tpu`, each added to the one environment in turn (pip only adds packages, so each
 # stage holds what a fresh install of that set holds, and the core is installed once). In each stage:
 # `edge-jax --help`, a 5-step training run of the tiny preset, and with pytest the layering test, the
-# hidden-extras test, HF import and export (tests/hf/test_import_core.py) and every test marked `needs_extra` (the whole suite is collected, so every test
-# module must import without the missing extras): those that need an extra this stage lacks skip with
-# their reason, the rest run. Used by .ci/run; takes a few minutes.
+# hidden-extras test, HF import and export (tests/hf/test_import_core.py) and every test marked
+# `needs_extra` (the whole suite is collected, so every test module must import without the missing
+# extras): those that need an extra this stage lacks skip with their reason, the rest run. Used by .ci/run; takes a few minutes.
 #   bash scripts/check_installs.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
