@@ -169,12 +169,13 @@ def _literal(raw: Any) -> Any:
         return None
 
 
-def flatten(c, prefix: str = "") -> dict:
-    """``{"train.steps": 200, ...}`` from a nested ConfigDict or dict."""
+def flatten(c, prefix: str = "", sep: str = ".") -> dict:
+    """``{"train.steps": 200, ...}`` from a nested ConfigDict or dict (keys joined by ``sep``; ``"/"`` gives
+    param paths such as ``layers_0/attn/q_proj/kernel`` from a params tree)."""
     out = {}
     for k, v in c.items():
         nested = isinstance(v, (Mapping, ml_collections.ConfigDict))
-        out.update(flatten(v, f"{prefix}{k}.") if nested else {f"{prefix}{k}": v})
+        out.update(flatten(v, f"{prefix}{k}{sep}", sep) if nested else {f"{prefix}{k}": v})
     return out
 
 
@@ -184,11 +185,11 @@ def flat_json(c) -> dict:
     return flatten(json.loads(json.dumps(c.to_dict() if hasattr(c, "to_dict") else c, default=str)))
 
 
-def unflatten(flat: Mapping[str, Any]) -> dict:
-    """The nested dict of a ``{"train.steps": 200, ...}`` flat one."""
+def unflatten(flat: Mapping[str, Any], sep: str = ".") -> dict:
+    """The nested dict of a ``{"train.steps": 200, ...}`` flat one (keys split at ``sep``)."""
     out: dict = {}
     for key, value in flat.items():
-        *path, leaf = key.split(".")
+        *path, leaf = key.split(sep)
         node = out
         for p in path:
             node = node.setdefault(p, {})

@@ -17,10 +17,11 @@ import tempfile
 
 import numpy as np
 
+from edge_jax.config import flatten, unflatten
 from edge_jax.errors import UserError
 from edge_jax.hf import memory_tables as tables
 from edge_jax.hf.importer import HF_DIR, SOURCE, TOKENIZER_FILES
-from edge_jax.interop.convert import flatten, hf_from_params, nest
+from edge_jax.interop.convert import hf_from_params
 from edge_jax.interop.families import family_of
 from edge_jax.interop.family import FAMILIES, Unsupported
 from edge_jax.interop.safetensors_io import write_shards
@@ -86,10 +87,10 @@ def export_workdir(workdir: str, out: str, step: int = 0, max_shard_bytes: int =
         from edge_jax.models.inference import inference_form
 
         params, cfg = inference_form(params, cfg)
-    flat = flatten(params)
+    flat = flatten(params, sep="/")
     name, fam = pick_family(workdir, cfg, set(flat), with_memory)
     decoder, memory = tables.split(flat, {t.ours for t in fam.tensors(cfg)})
-    params = nest(decoder)
+    params = unflatten(decoder, "/")
     hf_config = {**fam.hf_config(cfg), "dtype": str(np.dtype(next(iter(flat.values())).dtype))}
     entries = fam.tensors(cfg)
     items = []

@@ -23,10 +23,10 @@ import tempfile
 import ml_collections
 import numpy as np
 
-from edge_jax.config import base_config
+from edge_jax.config import base_config, flatten, unflatten
 from edge_jax.errors import UserError
 from edge_jax.hf import memory_tables
-from edge_jax.interop.convert import check_names, import_tensor, model_config_from_hf, nest
+from edge_jax.interop.convert import check_names, import_tensor, model_config_from_hf
 from edge_jax.interop.family import Unsupported
 from edge_jax.interop.safetensors_io import Checkpoint
 from edge_jax.utils.atomic import write_json_atomic
@@ -147,11 +147,10 @@ def param_shapes(cfg) -> dict:
     """Our model's params as ``{slash path: ShapeDtypeStruct}``, built abstractly."""
     import flax.linen as nn
 
-    from edge_jax.interop.convert import flatten
     from edge_jax.models.count import abstract_params
     from edge_jax.models.decoder import DecoderLM
 
-    return flatten(nn.unbox(abstract_params(DecoderLM(cfg))["params"]))
+    return flatten(nn.unbox(abstract_params(DecoderLM(cfg))["params"]), sep="/")
 
 
 def _check_target(workdir: str) -> None:
@@ -181,7 +180,7 @@ def import_checkpoint(src: str, workdir: str, say=print) -> dict:
         return Lazy(tuple(want.shape), np.dtype(want.dtype),
                     lambda: import_tensor(t, ckpt.read).astype(want.dtype, copy=False))
 
-    params = nest({t.ours: lazy(t) for t in entries})
+    params = unflatten({t.ours: lazy(t) for t in entries}, "/")
     parent = os.path.dirname(final)
     os.makedirs(parent, exist_ok=True)
     tmp = tempfile.mkdtemp(prefix=f".{os.path.basename(final)}.importing-", dir=parent)

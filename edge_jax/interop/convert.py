@@ -10,6 +10,7 @@ from typing import Callable, Iterable, Iterator, Mapping
 
 import numpy as np
 
+from edge_jax.config import flatten, unflatten
 from edge_jax.interop.families import family_of
 from edge_jax.interop.family import Family, Tensor, Unsupported
 from edge_jax.models.config import ModelConfig
@@ -67,38 +68,16 @@ def import_tensor(t: Tensor, get: Callable[[str], np.ndarray]) -> np.ndarray:
     return np.ascontiguousarray(t.to_ours(parts))
 
 
-def nest(flat: Mapping[str, object]) -> dict:
-    """``{"a/b/c": x}`` -> ``{"a": {"b": {"c": x}}}``."""
-    out: dict = {}
-    for path, leaf in flat.items():
-        node = out
-        *parents, last = path.split("/")
-        for p in parents:
-            node = node.setdefault(p, {})
-        node[last] = leaf
-    return out
-
-
-def flatten(tree: Mapping, prefix: str = "") -> dict:
-    out = {}
-    for k, v in tree.items():
-        if isinstance(v, Mapping):
-            out.update(flatten(v, f"{prefix}{k}/"))
-        else:
-            out[f"{prefix}{k}"] = v
-    return out
-
-
 def params_from_hf(fam: Family, cfg: ModelConfig, state: Mapping) -> dict:
     """``{"params": tree}`` of numpy arrays (the checkpoint's dtypes) from an in-memory HF state dict."""
     entries = fam.tensors(cfg)
     check_names(entries, state.keys(), cfg)
-    return {"params": nest({t.ours: import_tensor(t, lambda n: to_numpy(state[n])) for t in entries})}
+    return {"params": unflatten({t.ours: import_tensor(t, lambda n: to_numpy(state[n])) for t in entries}, "/")}
 
 
 def hf_from_params(fam: Family, cfg: ModelConfig, params: Mapping) -> Iterator[tuple[str, np.ndarray]]:
     """The HF ``(name, array)`` pairs of our ``{"params": tree}`` (or the bare tree), one entry at a time."""
-    flat = flatten(params.get("params", params))
+    flat = flatten(params.get("params", params), sep="/")
     entries = fam.tensors(cfg)
     extra = sorted(set(flat) - {t.ours for t in entries})
     if extra:
