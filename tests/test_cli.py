@@ -85,5 +85,5 @@ def test_bench_harness_reads_the_registry():
         assert args.repeats is None and args.chunk is None  # filled by run() from the benchmark's defaults
         assert set(bench.defaults) <= {"repeats", "chunk"}
     repeats = next(a for a in parser._actions if a.dest == "repeats")
-    assert repeats.help == ("timed rounds (median reported; default 5, cache-sim 3, data 1, eval 3, kernels 20, "
-                            "long-context 1)")
+    assert repeats.help == ("timed rounds (median reported; default 5, cache-sim 3, data 1, eval 3, import 1, "
+                            "kernels 20, long-context 1)")

@@ -22,6 +22,7 @@ import numpy as np
 
 from edge_jax.bench import Benchmark
 from edge_jax.registry import BENCHMARKS
+from edge_jax.utils.args import positive
 
 D, HEADS, KV, HEAD_DIM, FF, VOCAB = 2048, 16, 8, 128, 8192, 32000
 
@@ -116,7 +117,7 @@ def run(args, overrides) -> str:
 
 def add_arguments(group) -> None:
     # --dir (checkpoint's flag, read here too): where the generated checkpoint and the imports go (twice --size-gb)
-    group.add_argument("--size-gb", type=float, default=6.0, help="size of the generated checkpoint in GB (also "
+    group.add_argument("--size-gb", type=positive, default=6.0, help="size of the generated checkpoint in GB (also "
                        "reads --dir, which needs about twice that free)")
 
 
