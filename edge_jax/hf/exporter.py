@@ -69,11 +69,11 @@ def export_workdir(workdir: str, out: str, step: int = 0, max_shard_bytes: int =
     ``memory_tables``: a model with a token-indexed memory too (:mod:`edge_jax.hf.memory_tables`)."""
     from edge_jax.train.init_from import restore_params
     from edge_jax.train.setup import model_config
+    from edge_jax.train.workdir import load_workdir_config
 
     final = os.path.abspath(os.path.expanduser(out))
     if os.path.exists(final) and (not os.path.isdir(final) or os.listdir(final)):
         raise UserError(f"--out {out} already exists and is not empty; pass a new directory")
-    from edge_jax.train.workdir import load_workdir_config
 
     config = load_workdir_config(workdir)
     cfg = model_config(config)
@@ -91,7 +91,8 @@ def export_workdir(workdir: str, out: str, step: int = 0, max_shard_bytes: int =
     name, fam = pick_family(workdir, cfg, set(flat), with_memory)
     decoder, memory = tables.split(flat, {t.ours for t in fam.tensors(cfg)})
     params = unflatten(decoder, "/")
-    hf_config = {**fam.hf_config(cfg), "dtype": str(np.dtype(next(iter(flat.values())).dtype))}
+    dtype_name = str(np.dtype(next(iter(decoder.values())).dtype))
+    hf_config = {**fam.hf_config(cfg), "dtype": dtype_name, "torch_dtype": dtype_name}  # 5.x and 4.x names
     entries = fam.tensors(cfg)
     items = []
     for t in entries:
