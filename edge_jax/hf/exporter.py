@@ -81,7 +81,7 @@ def export_workdir(workdir: str, out: str, step: int = 0, max_shard_bytes: int =
     if reason:
         raise Unsupported(f"cannot export {workdir}: {reason}")
     _check_step(workdir, step)
-    params, config = restore_params(workdir, step)
+    params, config = restore_params(workdir, step, one_device=True)  # a pod's run exports on a laptop
     with_memory = cfg.memory != "none"
     if with_memory:
         from edge_jax.models.inference import inference_form

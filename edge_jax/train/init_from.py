@@ -28,15 +28,20 @@ def _flat(tree) -> dict:
     return {param_path(path): leaf for path, leaf in jax.tree_util.tree_flatten_with_path(tree)[0]}
 
 
-def restore_params(workdir: str, step: int = 0):
+def restore_params(workdir: str, step: int = 0, one_device: bool = False):
     """``(params, config)`` of the newest intact checkpoint in a training workdir (a damaged newer one is
-    named on stderr and left in place), or of its checkpoint at ``step`` (> 0), which must be intact."""
+    named on stderr and left in place), or of its checkpoint at ``step`` (> 0), which must be intact.
+    ``one_device``: onto this host's first device, whatever mesh the run trained on (a conversion)."""
     ckpt_dir = os.path.join(workdir, "checkpoints")
     if not os.path.isdir(ckpt_dir):
         raise ConfigError(f"init_from={workdir!r} has no checkpoints; train the base there first "
                           "(edge-jax train --workdir ...)")
     config = load_workdir_config(workdir)
-    run = build(ml_collections.ConfigDict(config.to_dict()))
+    rebuilt = ml_collections.ConfigDict(config.to_dict())
+    if one_device:
+        rebuilt.mesh.update(data=1, fsdp=1, tensor=1)
+        rebuilt.data.batch_size = rebuilt.train.grad_accum  # any micro-batch divides one device
+    run = build(rebuilt, jax.devices()[:1] if one_device else None)
     ckpt = Checkpointer(ckpt_dir, 1, 1)
     abstract = abstract_train_state(run.model, run.tx, run.mesh)[0].params
     try:
