@@ -26,11 +26,7 @@ def _hf_model(c, path: str):
     with open(file) as f:
         hf_config = json.load(f)
     dtype = "bfloat16" if hf_config.get("torch_dtype", hf_config.get("dtype")) == "bfloat16" else "float32"
-    cfg = model_config_from_hf(hf_config, dtype)[2]
-    for key in c.model:
-        value = getattr(cfg, key, None)
-        if value is not None:
-            c.model[key] = list(value) if isinstance(value, tuple) else value
+    c.model.update({k: v for k, v in model_config_from_hf(hf_config, dtype)[2].as_keys().items() if k in c.model})
     return c
 
 

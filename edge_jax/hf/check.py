@@ -13,7 +13,7 @@ from edge_jax.utils.extras import require
 
 def check_length(cfg, limit: int = 64) -> int:
     """Sequence length for the comparison: past ``rope_original_max_len`` (when set) by 16 tokens."""
-    original = int(getattr(cfg, "rope_original_max_len", 0) or 0)
+    original = cfg.rope_original_max_len
     return max(limit, original + 16) if original else limit
 
 

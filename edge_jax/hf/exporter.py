@@ -9,11 +9,9 @@ NPUMoE capacity plan.
 """
 from __future__ import annotations
 
-import dataclasses
 import json
 import os
 import shutil
-import tempfile
 
 import numpy as np
 
@@ -25,16 +23,18 @@ from edge_jax.interop.convert import hf_from_params
 from edge_jax.interop.families import family_of
 from edge_jax.interop.family import FAMILIES, Unsupported
 from edge_jax.interop.safetensors_io import write_shards
+from edge_jax.utils.args import new_output_dir
+from edge_jax.utils.atomic import atomic_dir, write_json_atomic
 
 SHARD_BYTES = 5 * 10**9
 
 
 def no_hf_form(config, cfg, memory_tables: bool = False) -> str | None:
     """The part of the model HF has no form of (None: it all has one, or ``memory_tables`` writes the rest)."""
-    if getattr(cfg, "memory", "none") != "none" and not memory_tables:
+    if cfg.memory != "none" and not memory_tables:
         return (f"model.memory={cfg.memory!r} (a token-indexed memory beside the FFN) has no HF form; "
                 "--memory-tables writes the decoder for transformers and the memory's inference form beside it")
-    if getattr(cfg, "infini_hidden", 0):
+    if cfg.infini_hidden:
         return "EdgeInfinite's memory gate (model.infini_*) has no HF form"
     strategy = config.get("moe", {}).get("strategy", "dropless")
     if strategy != "dropless":
@@ -71,9 +71,7 @@ def export_workdir(workdir: str, out: str, step: int = 0, max_shard_bytes: int =
     from edge_jax.train.setup import model_config
     from edge_jax.train.workdir import load_workdir_config
 
-    final = os.path.abspath(os.path.expanduser(out))
-    if os.path.exists(final) and (not os.path.isdir(final) or os.listdir(final)):
-        raise UserError(f"--out {out} already exists and is not empty; pass a new directory")
+    final = new_output_dir(os.path.abspath(os.path.expanduser(out)), "--out")
 
     config = load_workdir_config(workdir)
     cfg = model_config(config)
@@ -96,33 +94,19 @@ def export_workdir(workdir: str, out: str, step: int = 0, max_shard_bytes: int =
     entries = fam.tensors(cfg)
     items = []
     for t in entries:
-        if not getattr(t, "exported", True):  # a part of a tensor another entry writes whole
+        if not t.exported:  # a part of a tensor another entry writes whole
             continue
         dtype = np.dtype(flat[t.ours].dtype)
         items += [(n, t.hf_shape, dtype) for n in t.hf]
-    parent = os.path.dirname(final)
-    os.makedirs(parent, exist_ok=True)
-    tmp = tempfile.mkdtemp(prefix=f".{os.path.basename(final)}.exporting-", dir=parent)
-    try:
-        files = write_shards(tmp, items, lambda: (a for _, a in hf_from_params(fam, cfg, params)), max_shard_bytes)
-        with open(os.path.join(tmp, "config.json"), "w") as f:
-            json.dump(hf_config, f, indent=2)
-        _copy_tokenizer(workdir, config, tmp)
+    with atomic_dir(final, "exporting") as tmp:
+        files = write_shards(str(tmp), items, lambda: (a for _, a in hf_from_params(fam, cfg, params)),
+                             max_shard_bytes)
+        write_json_atomic(tmp / "config.json", hf_config)
+        _copy_tokenizer(workdir, config, str(tmp))
         if memory:
-            tables.write(tmp, memory, {f.name: _plain(getattr(cfg, f.name)) for f in dataclasses.fields(cfg)
-                                       if f.name != "moe_exec"})
-        if os.path.isdir(final):
-            os.rmdir(final)
-        os.rename(tmp, final)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
+            tables.write(str(tmp), memory, cfg.as_keys())
     return {"family": name, "files": len(files), "tensors": len(items), "memory_tables": len(memory),
             "bytes": int(sum(int(np.prod(s)) * d.itemsize for _, s, d in items))}
-
-
-def _plain(value):
-    return list(value) if isinstance(value, tuple) else value
 
 
 def _check_step(workdir: str, step: int) -> None:

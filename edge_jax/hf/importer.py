@@ -18,7 +18,6 @@ import dataclasses
 import json
 import os
 import shutil
-import tempfile
 
 import ml_collections
 import numpy as np
@@ -29,7 +28,8 @@ from edge_jax.hf import memory_tables
 from edge_jax.interop.convert import check_names, import_tensor, model_config_from_hf
 from edge_jax.interop.family import Unsupported
 from edge_jax.interop.safetensors_io import Checkpoint
-from edge_jax.utils.atomic import write_json_atomic
+from edge_jax.utils.args import new_output_dir
+from edge_jax.utils.atomic import atomic_dir, write_json_atomic
 
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "tokenizer.model",
                    "generation_config.json", "vocab.json", "merges.txt", "added_tokens.json")
@@ -91,10 +91,7 @@ def tokenizer_spec(directory: str, final: str, vocab_size: int) -> tuple[str, st
 def edge_config(cfg, tokenizer: str) -> ml_collections.ConfigDict:
     """The workdir's edge_jax config: the defaults, the imported model's keys and its tokenizer."""
     config = base_config()
-    for f in dataclasses.fields(cfg):
-        if f.name != "moe_exec" and f.name in config.model:
-            value = getattr(cfg, f.name)
-            config.model[f.name] = list(value) if isinstance(value, tuple) else value
+    config.model.update({k: v for k, v in cfg.as_keys().items() if k in config.model})
     config.data.tokenizer = tokenizer
     return config
 
@@ -124,9 +121,8 @@ def plan(src: str):
 
 def with_memory(cfg, keys: dict):
     """``cfg`` with the memory keys an export recorded (the family gave the decoder's)."""
-    family = {f.name: getattr(cfg, f.name) for f in dataclasses.fields(cfg)}
     own = {k: tuple(v) if isinstance(v, list) else v for k, v in keys.items()
-           if k in family and k not in ("dtype", "param_dtype") and not _decoder_key(k)}
+           if k in cfg.as_keys() and k not in ("dtype", "param_dtype") and not _decoder_key(k)}
     return dataclasses.replace(cfg, **own)
 
 
@@ -153,18 +149,11 @@ def param_shapes(cfg) -> dict:
     return flatten(nn.unbox(abstract_params(DecoderLM(cfg))["params"]), sep="/")
 
 
-def _check_target(workdir: str) -> None:
-    if os.path.exists(workdir) and (not os.path.isdir(workdir) or os.listdir(workdir)):
-        raise UserError(f"--workdir {workdir} already exists and is not empty (it may hold another run); "
-                        "pass a new directory")
-
-
 def import_checkpoint(src: str, workdir: str, say=print) -> dict:
     """Import ``src`` into the new workdir ``workdir``; returns what ``hf_source.json`` records."""
     from edge_jax.hf.lazy_save import Lazy, save_params
 
-    final = os.path.abspath(os.path.expanduser(workdir))
-    _check_target(final)
+    final = str(new_output_dir(os.path.abspath(os.path.expanduser(workdir)), "--workdir"))
     directory, family, cfg, entries, ckpt, hf_config = plan(src)
     shapes = param_shapes(cfg)
     mapped = {t.ours for t in entries}
@@ -181,10 +170,8 @@ def import_checkpoint(src: str, workdir: str, say=print) -> dict:
                     lambda: import_tensor(t, ckpt.read).astype(want.dtype, copy=False))
 
     params = unflatten({t.ours: lazy(t) for t in entries}, "/")
-    parent = os.path.dirname(final)
-    os.makedirs(parent, exist_ok=True)
-    tmp = tempfile.mkdtemp(prefix=f".{os.path.basename(final)}.importing-", dir=parent)
-    try:
+    with atomic_dir(final, "importing") as tmp:
+        tmp = str(tmp)
         os.makedirs(os.path.join(tmp, HF_DIR))
         for name in TOKENIZER_FILES + ("config.json",):
             if os.path.exists(os.path.join(directory, name)):
@@ -198,12 +185,6 @@ def import_checkpoint(src: str, workdir: str, say=print) -> dict:
         save_params(os.path.join(tmp, "checkpoints"), 0, params)
         _write_tokenizer_record(tmp, final, tokenizer, config)
         write_json_atomic(os.path.join(tmp, SOURCE), record)
-        if os.path.isdir(final):
-            os.rmdir(final)  # empty, checked above
-        os.rename(tmp, final)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
     return record
 
 

@@ -14,14 +14,10 @@ from edge_jax.interop.family import Tensor, copy, linear, stacked_linear
 HF_LAYER = "model.layers.{i}."
 
 
-def _on(cfg, key: str):
-    return getattr(cfg, key, None)
-
-
 def norm(ours: str, hf: str, width: int, cfg) -> list[Tensor]:
     """A norm's scale (``.weight``) and, for a LayerNorm, its bias (``.bias``)."""
     out = [copy(f"{ours}/scale", f"{hf}.weight", (width,))]
-    if _on(cfg, "norm") == "layernorm":
+    if cfg.norm == "layernorm":
         out.append(copy(f"{ours}/bias", f"{hf}.bias", (width,)))
     return out
 
@@ -34,11 +30,11 @@ def gqa_attention(cfg, i: int) -> list[Tensor]:
            linear(ours + "k_proj/kernel", hf + "k_proj.weight", (G, K), (D,)),
            linear(ours + "v_proj/kernel", hf + "v_proj.weight", (G, K), (D,)),
            linear(ours + "o_proj/kernel", hf + "o_proj.weight", (D,), (H, K))]
-    if _on(cfg, "qkv_bias"):
+    if cfg.qkv_bias:
         out += [Tensor(ours + f"{p}_proj/bias", (hf + f"{p}_proj.bias",), (n * K,),
                        lambda xs, n=n: xs[0].reshape(n, K), lambda a, n=n: [a.reshape(n * K)])
                 for p, n in (("q", H), ("k", G), ("v", G))]
-    if _on(cfg, "o_bias"):
+    if cfg.o_bias:
         out.append(copy(ours + "o_proj/bias", hf + "o_proj.bias", (D,)))
     if cfg.qk_norm:
         out += [copy(ours + "q_norm/scale", hf + "q_norm.weight", (K,)),
@@ -82,7 +78,7 @@ def decoder(cfg, attention, ffn) -> list[Tensor]:
     out += norm("final_norm", "model.norm", D, cfg)
     if not cfg.tie_embeddings:
         out.append(linear("lm_head/kernel", "lm_head.weight", (V,), (D,)))
-    if _on(cfg, "lm_head_bias"):
+    if cfg.lm_head_bias:
         out.append(copy("lm_head/bias", "lm_head.bias", (V,)))
     return out
 

@@ -117,6 +117,12 @@ class ModelConfig:
         """EdgeInfinite's layer settings, or None without the memory gate."""
         return attention_kinds.InfiniSpec.of(self)
 
+    def as_keys(self) -> dict:
+        """Every ``model.*`` key with its value as ``config.model`` holds it (tuples as lists): the
+        inverse of :meth:`from_config`."""
+        return {f.name: list(v) if isinstance(v := getattr(self, f.name), tuple) else v
+                for f in dataclasses.fields(self) if f.name != "moe_exec"}
+
     @classmethod
     def from_config(cls, model_cfg) -> "ModelConfig":
         """From ``config.model`` (a ConfigDict or dict); an unknown key is a one-line ConfigError."""

@@ -90,6 +90,16 @@ def output_dir(path: str | os.PathLike, flag: str) -> Path:
     return p
 
 
+def new_output_dir(path: str | os.PathLike, flag: str) -> Path:
+    """:func:`output_dir` that must not hold anything yet (absent or empty): a command writing a whole
+    directory (an import, an export) never mixes its files with another run's."""
+    p = output_dir(path, flag)
+    if p.is_dir() and any(p.iterdir()):
+        raise PathArgError(f"{flag} {str(path)!r} already exists and is not empty (it may hold another run); "
+                           "pass a new directory")
+    return p
+
+
 def output_file(path: str | os.PathLike, flag: str) -> Path:
     """``path`` as a file this process may write: not a directory, in a directory that exists or can
     be made and is writable. Nothing is created."""

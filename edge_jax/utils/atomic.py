@@ -26,6 +26,7 @@ from typing import IO, Any, Iterator
 from edge_jax.distributed import is_lead
 
 __all__ = [
+    "atomic_dir",
     "atomic_open",
     "write_bytes_atomic",
     "write_text_atomic",
@@ -84,6 +85,27 @@ def atomic_open(path: str | os.PathLike, mode: str = "w",
     except BaseException:
         with contextlib.suppress(FileNotFoundError):
             tmp.unlink()
+        raise
+    _fsync_dir(target.parent)
+
+
+@contextlib.contextmanager
+def atomic_dir(path: str | os.PathLike, tag: str = "writing") -> Iterator[Path]:
+    """A whole directory written at once: the caller fills the temporary directory yielded (beside
+    ``path``, hidden), which is renamed to ``path`` (absent or empty) when the block ends, and removed
+    if it raises, so ``path`` never holds a part. Every process writes its own (the caller decides who)."""
+    import shutil
+
+    target = Path(path).absolute()
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.{tag}-", dir=target.parent))
+    try:
+        yield tmp
+        if target.is_dir():
+            target.rmdir()  # empty: a non-empty one makes this raise, and nothing is lost
+        os.rename(tmp, target)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
         raise
     _fsync_dir(target.parent)
 
