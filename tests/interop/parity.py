@@ -21,6 +21,16 @@ def perturb_norms(model, seed: int = 0) -> None:
                 p.copy_((1.0 if name.endswith("weight") else 0.0) + 0.3 * torch.randn(p.shape, generator=g))
 
 
+def tiny_model(cls, config_cls, **config):
+    """``cls(config_cls(**config))`` seeded, float32, eager attention, in eval mode, norms perturbed."""
+    torch.manual_seed(0)
+    c = config_cls(**config)
+    c._attn_implementation = "eager"
+    model = cls(c).to(torch.float32).eval()
+    perturb_norms(model)
+    return model
+
+
 def random_tokens(vocab: int, batch: int = 2, length: int = 24, seed: int = 1) -> np.ndarray:
     return np.random.default_rng(seed).integers(1, vocab, size=(batch, length), dtype=np.int64)
 

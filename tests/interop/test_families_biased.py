@@ -12,8 +12,8 @@ from parity import (  # noqa: E402
     greedy_tokens,
     imported,
     max_logit_diff,
-    perturb_norms,
     random_tokens,
+    tiny_model,
 )
 
 from edge_jax.interop.convert import model_config_from_hf  # noqa: E402
@@ -33,11 +33,7 @@ LONGROPE = dict(rope_type="longrope", rope_theta=10_000.0, short_factor=[1.0 + 0
 
 
 def _model(cls, config_cls, base, **kw):
-    torch.manual_seed(0)
-    c = config_cls(**{**base, **kw})
-    c._attn_implementation = "eager"
-    model = cls(c).to(torch.float32).eval()
-    perturb_norms(model)
+    model = tiny_model(cls, config_cls, **{**base, **kw})
     g = torch.Generator().manual_seed(1)
     with torch.no_grad():  # biases start at zero; make every one count
         for name, p in model.named_parameters():

@@ -4,14 +4,13 @@ import pytest
 from helpers import require_extra
 
 pytestmark = require_extra("torch", "transformers")
-import torch  # noqa: E402
 import transformers  # noqa: E402
 from parity import (  # noqa: E402
     assert_roundtrip,
     greedy_tokens,
     max_logit_diff,
-    perturb_norms,
     random_tokens,
+    tiny_model,
 )
 
 TOL = 1e-4
@@ -25,12 +24,7 @@ LLAMA3_ROPE = {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "hi
 
 
 def _model(cls, config_cls, **kw):
-    torch.manual_seed(0)
-    c = config_cls(**{**TINY, **kw})
-    c._attn_implementation = "eager"
-    model = cls(c).to(torch.float32).eval()
-    perturb_norms(model)
-    return model
+    return tiny_model(cls, config_cls, **{**TINY, **kw})
 
 
 CASES = {

@@ -12,8 +12,8 @@ from parity import (  # noqa: E402
     greedy_tokens,
     imported,
     max_logit_diff,
-    perturb_norms,
     random_tokens,
+    tiny_model,
 )
 
 from edge_jax.interop.convert import model_config_from_hf  # noqa: E402
@@ -32,21 +32,12 @@ DSV2 = dict(vocab_size=V, hidden_size=64, num_hidden_layers=3, num_attention_hea
             rms_norm_eps=1e-6, max_position_embeddings=64, initializer_range=0.05, tie_word_embeddings=False)
 
 
-def _model(cls, config_cls, base, **kw):
-    torch.manual_seed(0)
-    c = config_cls(**{**base, **kw})
-    c._attn_implementation = "eager"
-    model = cls(c).to(torch.float32).eval()
-    perturb_norms(model)
-    return model
-
-
 def qwen(**kw):
-    return _model(transformers.Qwen3MoeForCausalLM, transformers.Qwen3MoeConfig, QWEN, **kw)
+    return tiny_model(transformers.Qwen3MoeForCausalLM, transformers.Qwen3MoeConfig, **{**QWEN, **kw})
 
 
 def deepseek(**kw):
-    return _model(transformers.DeepseekV2ForCausalLM, transformers.DeepseekV2Config, DSV2, **kw)
+    return tiny_model(transformers.DeepseekV2ForCausalLM, transformers.DeepseekV2Config, **{**DSV2, **kw})
 
 
 CASES = {
