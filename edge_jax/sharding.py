@@ -1,25 +1,27 @@
 """Device mesh from the config (axes data, fsdp, tensor) and logical-axis rules.
 
-Parameters and activations carry logical axis names (``embed``, ``mlp``, ``heads`` ...);
-:data:`LOGICAL_RULES` maps them onto mesh axes, MaxText style.
+:func:`make_mesh` is the one mesh builder: training, eval, grids and ``edge-jax compile`` lay out
+the same devices the same way. Parameters and activations carry logical axis names (``embed``,
+``mlp``, ``heads`` ...); :data:`LOGICAL_RULES` maps them onto mesh axes, MaxText style.
 """
 from __future__ import annotations
 
+import collections
 import contextlib
 import contextvars
 import functools
+import math
 
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
+from jax.experimental import mesh_utils
 from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from edge_jax.config import ConfigError
-
-MESH_AXES = ("data", "fsdp", "tensor")
+from edge_jax.config import MESH_AXES, ConfigError
 
 LOGICAL_RULES = (
     ("batch", ("data", "fsdp")),
@@ -54,10 +56,94 @@ def mesh_shape(mesh_cfg, n_devices: int) -> tuple[int, int, int]:
 
 
 def make_mesh(mesh_cfg, devices=None) -> Mesh:
+    """The ``data x fsdp x tensor`` mesh over ``devices`` (default ``jax.devices()``), laid out for
+    the network: within a slice the axes follow the chips' ICI links (tensor, the most
+    communication-heavy, on the nearest chips), and with several slices (devices of several
+    ``slice_index`` values) ``data`` crosses them over DCN and must be a multiple of their number.
+    Each process's devices hold one contiguous block of the batch rows (what
+    :func:`process_block` needs) wherever a layout allows it (:func:`device_grid`).
+
+    A mesh smaller than ``devices`` uses the first ``data*fsdp*tensor`` of them (a laptop run on
+    one of its devices, tests on a few simulated ones); in a job of several processes it must use
+    every device, or a process would hold no rows. ``edge-jax compile`` asks for all of a target's
+    devices (:func:`edge_jax.compile.aot.mesh_for`) and gets the layout training builds there."""
     devices = list(jax.devices() if devices is None else devices)
     shape = mesh_shape(mesh_cfg, len(devices))
-    used = int(np.prod(shape))
-    return Mesh(np.asarray(devices[:used]).reshape(shape), MESH_AXES)
+    used = math.prod(shape)
+    processes = len({d.process_index for d in devices})
+    if used < len(devices) and processes > 1:
+        raise ConfigError(f"mesh {dict(zip(MESH_AXES, shape))} uses {used} of the {len(devices)} devices of a "
+                          f"{processes}-process job; make data*fsdp*tensor = {len(devices)} (one axis may be -1)")
+    return Mesh(device_grid(shape, devices[:used]), MESH_AXES)
+
+
+def device_grid(shape: tuple[int, int, int], devices) -> np.ndarray:
+    """``devices`` as an array of ``shape`` (data, fsdp, tensor): one block of ``data`` per slice,
+    in ``slice_index`` order, each laid out by :func:`_slice_grid`."""
+    slices = collections.defaultdict(list)
+    for d in devices:
+        slices[getattr(d, "slice_index", None) or 0].append(d)
+    if len(slices) == 1:
+        return _slice_grid(shape, devices)
+    n, sizes = len(slices), {len(s) for s in slices.values()}
+    if shape[0] % n or len(sizes) > 1:
+        raise ConfigError(f"mesh data={shape[0]} must be a multiple of the {n} slices (the data axis crosses "
+                          "slices over DCN) and the mesh must use every device of each; raise mesh.data")
+    per_slice = (shape[0] // n, *shape[1:])
+    return np.concatenate([_slice_grid(per_slice, slices[k]) for k in sorted(slices)], axis=0)
+
+
+def _slice_grid(shape, devices) -> np.ndarray:
+    """One slice's layout, the first of these whose processes each hold one block of rows: the
+    topology-aware one (``mesh_utils.create_device_mesh``, physical axes split where the sizes ask
+    for it; on CPU devices the given order); hosts as granules (``create_hybrid_device_mesh`` with
+    ``process_is_granule``: topology-aware within a host, tensor then fsdp kept on a host, hosts in
+    process order); the process order (``jax.devices()``: processes in turn, by device id)."""
+    try:
+        grid = mesh_utils.create_device_mesh(shape, devices, allow_split_physical_axes=True)
+    except (ValueError, NotImplementedError, AssertionError):  # no physical layout (a partial slice): below
+        grid = None
+    if grid is not None and (len({d.process_index for d in devices}) == 1 or rows_in_blocks(grid)):
+        return grid
+    grid = _host_grid(shape, devices)
+    if grid is not None and rows_in_blocks(grid):
+        return grid
+    return np.asarray(sorted(devices, key=lambda d: (d.process_index, d.id)), dtype=object).reshape(shape)
+
+
+def _host_grid(shape, devices) -> np.ndarray | None:
+    """Each process's devices as one granule of the mesh: the tensor axis first, then fsdp, then
+    data on a host (data only once fsdp is whole there, so a host's rows stay one block); None
+    where the processes hold different numbers of devices or the sizes do not split so."""
+    local = set(collections.Counter(d.process_index for d in devices).values())
+    if len(local) > 1:
+        return None
+    n, (data, fsdp, tensor) = local.pop(), shape
+    t = math.gcd(tensor, n)
+    f = math.gcd(fsdp, n // t)
+    d = n // (t * f)
+    if data % d or (d > 1 and f < fsdp):
+        return None
+    try:
+        return mesh_utils.create_hybrid_device_mesh((d, f, t), (data // d, fsdp // f, tensor // t), devices,
+                                                     process_is_granule=True, allow_split_physical_axes=True)
+    except (ValueError, NotImplementedError, AssertionError):
+        return None
+
+
+def rows_in_blocks(grid: np.ndarray) -> bool:
+    """Whether every process's devices in ``grid`` (data, fsdp, tensor) hold one block of the batch
+    rows (:func:`process_block`), the rows laid out over data x fsdp."""
+    data, fsdp, _ = grid.shape
+    rows = collections.defaultdict(set)
+    for (i, j, _), device in np.ndenumerate(grid):
+        rows[device.process_index].add((i * fsdp + j, i * fsdp + j + 1))
+    try:
+        for spans in rows.values():
+            _one_block(sorted(spans), data * fsdp)
+    except ConfigError:
+        return False
+    return True
 
 
 def check_divisible(config, mesh: Mesh) -> None:
@@ -221,22 +307,30 @@ def to_global(batch: dict, sharding) -> dict:
     return {k: jax.make_array_from_process_local_data(sharding, np.asarray(v)) for k, v in batch.items()}
 
 
-def process_block(sharding, batch: int) -> tuple[int, int]:
-    """``(j, n)``: this process holds block ``j`` of ``n`` equal, contiguous row blocks of a global batch
-    of ``batch`` rows laid out by ``sharding`` (the rows its devices hold; ``(0, 1)`` when every process
-    holds every row). The data pipeline loads only these rows, whatever the process count."""
+def process_block(sharding, batch: int, process: int | None = None) -> tuple[int, int]:
+    """``(j, n)``: this process (or ``process``) holds block ``j`` of ``n`` equal, contiguous row blocks
+    of a global batch of ``batch`` rows laid out by ``sharding`` (the rows its devices hold; ``(0, 1)``
+    when every process holds every row). The data pipeline loads only these rows, whatever the process
+    count."""
+    process = jax.process_index() if process is None else process
     spans = sorted({(i[0].start or 0, batch if i[0].stop is None else i[0].stop)
-                    for i in sharding.addressable_devices_indices_map((batch, 1)).values()})
+                    for d, i in sharding.devices_indices_map((batch, 1)).items() if d.process_index == process})
+    return _one_block(spans, batch)
+
+
+def _one_block(spans: list, batch: int) -> tuple[int, int]:
+    """``(j, n)`` for sorted row ``spans`` that make up block ``j`` of ``n`` equal blocks of ``batch`` rows."""
     start, stop = spans[0][0], spans[0][0]
     for a, b in spans:
         if a > stop:
-            raise ConfigError(f"this process's devices hold rows {spans} of the batch, not one block; order "
-                              "the mesh's devices by process (jax.devices() order)")
+            raise ConfigError(f"this process's devices hold rows {spans} of the batch, not one block; build "
+                              "the mesh with edge_jax.sharding.make_mesh (it keeps a process's rows together)")
         stop = max(stop, b)
     size = stop - start
     if batch % size or start % size:
         raise ConfigError(f"rows {start}..{stop} of a {batch}-row batch are not one of equal blocks; "
-                          "use a data.batch_size the mesh's data x fsdp divides")
+                          "use a data.batch_size the mesh's data x fsdp divides and a mesh.tensor that divides a "
+                          "process's device count (or is a multiple of it)")
     return start // size, batch // size
 
 

@@ -1,4 +1,8 @@
-"""edge_jax.sharding: the row lookup of a width-sharded table against ``jnp.take``."""
+"""edge_jax.sharding: the mesh builder (on simulated CPU devices and stand-in devices of several
+processes and slices; TPU topologies in tests/compile/test_mesh_builder.py) and the row lookup of a
+width-sharded table against ``jnp.take``."""
+import dataclasses
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -6,7 +10,55 @@ import pytest
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from edge_jax.sharding import activation_sharding, make_mesh, take_rows
+from edge_jax.config import ConfigError
+from edge_jax.sharding import activation_sharding, device_grid, make_mesh, rows_in_blocks, take_rows
+
+
+@dataclasses.dataclass(frozen=True)
+class Stand:
+    """A device of a job this test does not run: what the builder reads of one (a CPU platform, so
+    mesh_utils lays its devices out in the given order)."""
+    id: int
+    process_index: int
+    slice_index: int = 0
+    platform: str = "cpu"
+    device_kind: str = "cpu"
+
+
+def test_simulated_cpu_devices_keep_their_order_and_a_smaller_mesh_takes_the_first():
+    devices = jax.devices()[:8]
+    mesh = make_mesh({"data": 2, "fsdp": -1, "tensor": 2}, devices)
+    assert dict(mesh.shape) == {"data": 2, "fsdp": 2, "tensor": 2} and list(mesh.devices.flat) == devices
+    assert list(make_mesh({"data": 2, "fsdp": 2, "tensor": 1}, devices).devices.flat) == devices[:4]
+    with pytest.raises(ConfigError, match="needs 16 devices, only 8 present") as e:
+        make_mesh({"data": 2, "fsdp": 8, "tensor": 1}, devices)
+    assert "\n" not in str(e.value)
+
+
+def test_each_process_keeps_one_block_of_rows_whatever_order_its_devices_come_in():
+    """Devices listed alternately by process (0, 1, 0, 1 ...): laid out in that order, process 0 would
+    hold rows 0, 2, 4 ...; the builder makes each host a granule, tensor first, so each holds one block."""
+    devices = [Stand(i, i % 2) for i in range(8)]
+    assert not rows_in_blocks(np.asarray(devices, dtype=object).reshape(1, 8, 1))
+    for shape in [(1, 8, 1), (2, 4, 1), (1, 4, 2), (4, 1, 2), (1, 2, 4), (1, 1, 8)]:
+        grid = device_grid(shape, devices)
+        assert grid.shape == shape and sorted(d.id for d in grid.flat) == list(range(8))
+        assert rows_in_blocks(grid), shape
+    assert [d.process_index for d in device_grid((1, 8, 1), devices).flat] == [0] * 4 + [1] * 4
+
+
+def test_several_slices_put_data_across_them():
+    devices = [Stand(i, i // 2, slice_index=i // 4) for i in range(8)][::-1]
+    grid = device_grid((2, 2, 2), devices)
+    assert [d.slice_index for d in grid[:, 0, 0]] == [0, 1] and rows_in_blocks(grid)
+    with pytest.raises(ConfigError, match="mesh data=1 must be a multiple of the 2 slices") as e:
+        device_grid((1, 4, 2), devices)
+    assert "\n" not in str(e.value)
+
+
+def test_a_job_of_several_processes_uses_every_device():
+    with pytest.raises(ConfigError, match="uses 4 of the 8 devices of a 2-process job; make data\\*fsdp\\*tensor = 8"):
+        make_mesh({"data": 2, "fsdp": 2, "tensor": 1}, [Stand(i, i // 4) for i in range(8)])
 
 
 @pytest.mark.parametrize("width", [8, 6])  # 6 does not split over fsdp=4: the plain take

@@ -11,25 +11,25 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import math
 import time
 
 import jax
 import jax.numpy as jnp
 import ml_collections
 import numpy as np
-from jax.experimental import mesh_utils
 from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
 from edge_jax.compile import loops
 from edge_jax.compile.chips import Target
 from edge_jax.compile.loops import Cost, cost_of
-from edge_jax.config import ConfigError
+from edge_jax.config import MESH_AXES, ConfigError
 from edge_jax.layers.kernels import backend
 from edge_jax.models import DecoderLM
 from edge_jax.models.count import ROM_AXES, param_sizes
 from edge_jax.models.inputs import host_shapes
-from edge_jax.sharding import MESH_AXES, batch_sharding, check_divisible, check_model_divisible, on_mesh, replicated
+from edge_jax.sharding import batch_sharding, check_divisible, check_model_divisible, make_mesh, on_mesh, replicated
 from edge_jax.train.optim import make_optimizer
 from edge_jax.train.setup import model_config
 from edge_jax.train.state import abstract_train_state
@@ -67,30 +67,16 @@ class CompileStats:
 
 
 def mesh_for(target: Target, mesh_cfg) -> Mesh:
-    """The ``data x fsdp x tensor`` mesh over every device of ``target``; with several slices the
-    ``data`` axis runs across them (DCN) and must be a multiple of the slice count."""
+    """The mesh training builds on ``target``'s devices (:func:`edge_jax.sharding.make_mesh`: within a
+    slice along the ICI links, each host's rows one block; with several slices ``data`` crosses them
+    over DCN), which must use every one of them."""
     n = len(target.devices)
     sizes = [int(mesh_cfg[a]) for a in MESH_AXES]
-    free = [a for a, s in zip(MESH_AXES, sizes) if s == -1]
-    fixed = int(np.prod([s for s in sizes if s != -1]))
-    if len(free) > 1 or fixed < 1 or n % fixed or (not free and fixed != n):
+    fixed = math.prod(s for s in sizes if s != -1)
+    if sizes.count(-1) > 1 or fixed < 1 or n % fixed or (-1 not in sizes and fixed != n):
         raise ConfigError(f"mesh {dict(zip(MESH_AXES, sizes))} does not use the {n} devices of {target.name}; "
                           f"make data*fsdp*tensor = {n} (one axis may be -1)")
-    if free:
-        sizes[MESH_AXES.index(free[0])] = n // fixed
-    shape = dict(zip(MESH_AXES, sizes))
-    if target.slices > 1:
-        if shape["data"] % target.slices:
-            raise ConfigError(f"mesh data={shape['data']} must be a multiple of the {target.slices} slices (the "
-                              "data axis crosses slices over DCN); raise mesh.data")
-        per_slice = (shape["data"] // target.slices, shape["fsdp"], shape["tensor"])
-        devices = mesh_utils.create_hybrid_device_mesh(per_slice, (target.slices, 1, 1), list(target.devices))
-    else:
-        try:
-            devices = mesh_utils.create_device_mesh(tuple(sizes), list(target.devices))
-        except (ValueError, NotImplementedError, AssertionError):  # no topology-aware layout: plain order
-            devices = np.asarray(target.devices).reshape(sizes)
-    return Mesh(devices, MESH_AXES)
+    return make_mesh(mesh_cfg, target.devices)
 
 
 def _per_device_bytes(tree) -> int:
