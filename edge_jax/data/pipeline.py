@@ -95,7 +95,9 @@ def make_train_iter(data_cfg, tok, seed: int, block: int = 0, blocks: int = 1):
     """Endless iterator of {'inputs', 'targets'}: int32[batch_size // blocks, seq_len], rows
     ``block * batch_size // blocks`` onward of each global batch (:func:`edge_jax.sharding.process_block`
     gives a process its block). It has get_state() -> JSON-able dict (the same in every process: every
-    process calls it at the same step) and set_state(state); restoring a state replays exactly the
+    process calls it at the same step), local_state() / global_state(local) (the same state in two parts,
+    so a snapshot can be taken at every batch: :class:`edge_jax.train.feed.DeviceFeed`) and
+    set_state(state); restoring a state replays exactly the
     batches that followed it. Deterministic given (data, tokenizer, seed), whatever ``blocks`` is."""
     seq_len, batch = _check_sizes(data_cfg, blocks)
     if not 0 <= block < blocks:
@@ -124,7 +126,39 @@ def make_train_iter(data_cfg, tok, seed: int, block: int = 0, blocks: int = 1):
           .batch(local, drop_remainder=True)[block::blocks]   # global batch k = local batches k*blocks ...
           .map(to_io))
     options = grain.ReadOptions(num_threads=_READ_THREADS, prefetch_buffer_size=_PREFETCH_BATCHES)
-    return iter(ds.to_iter_dataset(options))
+    return WindowIterator(iter(ds.to_iter_dataset(options)))
+
+
+class WindowIterator:
+    """grain's iterator over the shuffled windows, with the state methods every training iterator has:
+    ``get_state`` / ``set_state``, and ``local_state()`` (a snapshot, cheap enough for every step) with
+    ``global_state(local)`` (the checkpointable state of a snapshot: here the same in every process,
+    the number of global batches read)."""
+
+    def __init__(self, it):
+        self._it = it
+
+    def __iter__(self):
+        return self
+
+    def __next__(self) -> dict:
+        return next(self._it)
+
+    def get_state(self) -> dict:
+        return self._it.get_state()
+
+    def set_state(self, state: dict) -> None:
+        self._it.set_state(state)
+
+    def local_state(self) -> dict:
+        return self._it.get_state()
+
+    def global_state(self, local: dict) -> dict:
+        return local
+
+    def close(self) -> None:
+        if hasattr(self._it, "close"):
+            self._it.close()
 
 
 def eval_windows(tokens: np.ndarray, seq_len: int, pad_id: int):

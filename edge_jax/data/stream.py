@@ -230,8 +230,17 @@ class StreamIterator:
         return to_io(windows)
 
     def get_state(self) -> dict:
+        return self.global_state(self.local_state())
+
+    def local_state(self) -> dict:
+        """This process's rows' positions now (a copy; no other process takes part)."""
+        return dict(self._states)
+
+    def global_state(self, local: dict) -> dict:
+        """The checkpointable state of the global batch from each process's :meth:`local_state`
+        (every process calls it together)."""
         rows = {}
-        for part in distributed.gather("stream rows", {str(r): list(s) for r, s in self._states.items()}):
+        for part in distributed.gather("stream rows", {str(r): list(s) for r, s in local.items()}):
             rows.update(part)
         return {"stream_rows": rows}
 

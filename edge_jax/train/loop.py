@@ -11,9 +11,9 @@ import json
 import math
 import os
 import sys
-import time
 
 import jax
+import jax.numpy as jnp
 
 from edge_jax import distributed
 from edge_jax.config import flat_json, schema_defaults, upgrade_config
@@ -24,11 +24,13 @@ from edge_jax.registry import RUNNERS, SECTIONS
 from edge_jax.sharding import batch_sharding, on_mesh, process_block, process_rows, to_global
 from edge_jax.train import divergence
 from edge_jax.train.checkpoint import Checkpointer
+from edge_jax.train.feed import DeviceFeed
 from edge_jax.train.hooks import EvalContext, RunContext, prepare, run_evaluators
 from edge_jax.train.init_from import merge_params, restore_params
 from edge_jax.train.metrics import MetricsWriter, read_jsonl
 from edge_jax.train.optim import ALL, group_names, rename_groups, trained_count
 from edge_jax.train.preemption import PreemptionWatch
+from edge_jax.train.readback import Readback, StepClock, finite, steady
 from edge_jax.train.setup import build, check_tokenizer
 from edge_jax.train.state import abstract_train_state, create_train_state
 from edge_jax.train.step import make_eval_step, make_train_step
@@ -41,20 +43,21 @@ class TrainingError(UserError, RuntimeError):
 
 
 def evaluate(eval_step, params, batches, sharding) -> dict:
-    """Token-weighted validation loss over global eval batches."""
-    loss_sum, tokens = 0.0, 0.0
+    """Token-weighted validation loss over global eval batches, summed on the devices and read once."""
+    sums = None
     for batch in batches:
         out = eval_step(params, to_global(process_rows(batch, sharding), sharding))
-        loss_sum += float(out["loss_sum"])
-        tokens += float(out["tokens"])
-    loss = loss_sum / max(tokens, 1.0)
+        sums = out if sums is None else jax.tree_util.tree_map(jnp.add, sums, out)
+    totals = {"loss_sum": 0.0, "tokens": 0.0} if sums is None else jax.device_get(sums)
+    loss = float(totals["loss_sum"]) / max(float(totals["tokens"]), 1.0)
     return {"val_loss": loss, "val_ppl": math.exp(min(loss, 50.0))}
 
 
 # Keys a run may change when it resumes a workdir (how long to train, what to log and evaluate,
 # where the data lies, the mesh); the config sections of the papers add theirs (Section.resumable).
 RESUMABLE_CHANGES = ("train.steps", "train.log_every", "train.eval_every", "train.eval_batches",
-                     "train.ckpt_every", "train.keep_ckpts", "train.qa_questions",
+                     "train.ckpt_every", "train.keep_ckpts", "train.qa_questions", "train.profile_start",
+                     "train.profile_steps",
                      "data.data_dir", "data.workers", "data.tokens_dir", "mesh.data", "mesh.fsdp", "mesh.tensor")
 
 
@@ -116,45 +119,53 @@ def train_and_evaluate(config, workdir: str, devices=None) -> dict:
     if lead:
         print(f"training {trained:,} of {total:,} weights ({100 * trained / total:.2f}%"
               f"{'' if t.trainable == ALL else f'; train.trainable={t.trainable!r}'})", flush=True)
-    train_step = on_mesh(run.mesh, jax.jit(make_train_step(t.grad_accum, run.schedule, t.loss_chunk), donate_argnums=0,
-                                           in_shardings=(shardings, data_sharding), out_shardings=(shardings, None)))
+    train_jit = jax.jit(make_train_step(t.grad_accum, run.schedule, t.loss_chunk), donate_argnums=0,
+                        in_shardings=(shardings, data_sharding), out_shardings=(shardings, None))
     eval_step = on_mesh(run.mesh, jax.jit(make_eval_step(run.model.apply),
                                           in_shardings=(shardings.params, data_sharding)))
     eval_batches = model_eval_batches(run, "validation", t.eval_batches)
+    feed = DeviceFeed(train_iter, lambda b: to_global(with_host_inputs(run.model.cfg, b), data_sharding))
     writer = MetricsWriter(workdir, t.steps, start, enabled=lead)
     tokens_per_step = cfg.data.batch_size * cfg.data.seq_len
-    timed_steps, timed_s, last, final, result = 0, 0.0, {}, None, {}
-    distributed.barrier("train")  # every process ready: the first step's collectives meet within seconds
+    clock, readback, last, final, result = StepClock(), Readback(), {}, None, {}
     try:
+        # compiled once, ahead of the first step: the executable every step runs
+        train_step = on_mesh(run.mesh, train_jit.lower)(state, feed.peek()).compile() if start < t.steps else None
+        distributed.barrier("train")  # every process ready: the first step's collectives meet within seconds
         with PreemptionWatch() as watch:
             for step in range(start + 1, t.steps + 1):
-                t0 = time.perf_counter()
-                batch = with_host_inputs(run.model.cfg, next(train_iter))
-                state, metrics = train_step(state, to_global(batch, data_sharding))
-                metrics = {k: float(v) for k, v in metrics.items()}
-                dt = time.perf_counter() - t0
-                if step > start + 1:  # the first step includes compilation
-                    timed_steps, timed_s = timed_steps + 1, timed_s + dt
-                if not (math.isfinite(metrics["loss"]) and math.isfinite(metrics["grad_norm"])):
-                    ckpt.wait()
-                    raise TrainingError(divergence.message(ckpt, workdir, step, metrics["loss"], metrics["grad_norm"],
-                                                           t.lr))
-                metrics["step_time_s"] = dt
-                metrics["tokens_per_s"] = tokens_per_step / dt
-                last = metrics
-                if step % t.log_every == 0 or step == t.steps:
-                    writer.write(step, "train", metrics)
-                writer.progress(step, {"loss": metrics["loss"], "lr": metrics["lr"]})
-                if step % t.eval_every == 0 or step == t.steps:
-                    final = evaluate(eval_step, state.params, eval_batches, data_sharding)
-                    writer.write(step, "eval", final)
-                saved = losses.update(metrics["loss"])
+                with steady():  # nothing is read back from the devices here
+                    state, metrics = train_step(state, next(feed))
+                    clock.dispatched(step)
+                    readback.add(step, metrics)
+                    feed.fill()  # the next batches go to the devices while this step runs
                 periodic = step % t.ckpt_every == 0 or step == t.steps
-                if periodic:
-                    ckpt.save(step, state, train_iter.get_state(), force=step == t.steps, metrics=saved)
-                if watch.reached(step):  # SIGTERM: every process saves this step and stops
-                    if not periodic:
-                        ckpt.save(step, state, train_iter.get_state(), force=True, metrics=saved)
+                evaluating = step % t.eval_every == 0 or step == t.steps
+                stop = watch.reached(step)  # SIGTERM: every process saves this step and stops
+                if periodic or evaluating or stop:
+                    through = step  # what uses the state needs this step's loss first
+                elif (step - 1) % t.log_every == 0:
+                    through = step - 1  # a log step is read once the next step runs
+                else:
+                    through = start  # nothing to read yet
+                for done, metrics in readback.read(through):
+                    if not finite(metrics):
+                        ckpt.wait()
+                        raise TrainingError(divergence.message(ckpt, workdir, done, metrics["loss"],
+                                                               metrics["grad_norm"], t.lr))
+                    saved, last = losses.update(metrics["loss"]), metrics
+                    clock.finished(done)
+                    if done % t.log_every == 0 or done == t.steps:
+                        writer.write(done, "train", dict(metrics, **pace(clock.window(done), tokens_per_step)))
+                writer.progress(step, {"loss": last["loss"], "lr": last["lr"]} if last else {})
+                if evaluating:
+                    with clock.paused():
+                        final = evaluate(eval_step, state.params, eval_batches, data_sharding)
+                    writer.write(step, "eval", final)
+                if periodic or stop:
+                    with clock.paused():
+                        ckpt.save(step, state, feed.data_state(), force=step == t.steps or stop, metrics=saved)
+                if stop:
                     ckpt.wait()
                     raise Preempted(f"stopped by SIGTERM after step {step} of {t.steps}; its checkpoint is in "
                                     f"{ckpt.directory}: rerun the same command to resume")
@@ -162,9 +173,10 @@ def train_and_evaluate(config, workdir: str, devices=None) -> dict:
         if final is None:  # nothing left to train: the run had already finished
             final = evaluate(eval_step, state.params, eval_batches, data_sharding)
             last = _last_train_record(workdir)
+        steady_s = clock.steady()
         result = dict(final, train_loss=last.get("loss", float("nan")), steps=t.steps,
-                      tokens_per_s=tokens_per_step * timed_steps / timed_s if timed_s else float("nan"),
-                      step_time_s=timed_s / timed_steps if timed_steps else float("nan"),
+                      tokens_per_s=tokens_per_step / steady_s if steady_s else float("nan"),
+                      step_time_s=steady_s or float("nan"),
                       trained_params=trained, trained_fraction=trained / total)
         result.update(run_evaluators(EvalContext(run, state.params, workdir, lead, eval_batches)))
     finally:
@@ -174,6 +186,13 @@ def train_and_evaluate(config, workdir: str, devices=None) -> dict:
     if lead:
         write_json_atomic(os.path.join(workdir, "final_metrics.json"), result)
     return result
+
+
+def pace(step_time_s: float | None, tokens_per_step: int) -> dict:
+    """The timing metrics of a log record: mean seconds per step over its window, tokens per second."""
+    if not step_time_s:
+        return {}
+    return {"step_time_s": step_time_s, "tokens_per_s": tokens_per_step / step_time_s}
 
 
 RUNNERS.register("lm", train_and_evaluate)

@@ -1,0 +1,106 @@
+"""What the training loop reads back from the devices, and when; and its step clock.
+
+A step's metrics (loss, gradient norm, learning rate) stay on the devices until the loop needs them:
+they are read in one transfer for several steps at once, at a log step once the next step has been
+dispatched (so the devices are busy while the host waits), and before anything that uses the state
+(an evaluation, a checkpoint, a preemption stop), so no checkpoint is ever written from a step whose
+loss was not finite. Between those points the loop reads nothing: :func:`steady` marks those stretches
+with JAX's device-to-host transfer guard, so a read there fails where the backend guards transfers
+(GPU, TPU).
+
+:class:`StepClock` measures seconds per step at steady state, dispatch to dispatch: with the host never
+waiting for a step it has just dispatched, the host can only run ahead of the devices until the next
+read, so over a stretch of steps the dispatches come at the pace the devices run. Evaluations and
+checkpoint saves are left out of the clock.
+"""
+from __future__ import annotations
+
+import contextlib
+import math
+import time
+
+import jax
+
+STEADY_GUARD = "disallow"  # jax.transfer_guard_device_to_host level between the loop's reads
+
+
+def steady():
+    """The context of a step between reads: no implicit device-to-host transfer (``float(x)``,
+    ``np.asarray(x)``) allowed."""
+    return jax.transfer_guard_device_to_host(STEADY_GUARD)
+
+
+class Readback:
+    """Device metrics of the steps dispatched but not read yet, read in one transfer."""
+
+    def __init__(self):
+        self._pending: list[tuple[int, dict]] = []
+
+    def add(self, step: int, metrics: dict) -> None:
+        self._pending.append((step, metrics))
+
+    def read(self, through: int) -> list[tuple[int, dict]]:
+        """``[(step, {name: float})]`` of every pending step up to ``through``, in order (blocks until
+        the last of them has finished)."""
+        take = [(s, m) for s, m in self._pending if s <= through]
+        self._pending = [(s, m) for s, m in self._pending if s > through]
+        if not take:
+            return []
+        values = jax.device_get([m for _, m in take])
+        return [(s, {k: float(v) for k, v in m.items()}) for (s, _), m in zip(take, values)]
+
+
+def finite(metrics: dict) -> bool:
+    """Whether a step's loss and gradient norm are finite (training may go on from it)."""
+    return math.isfinite(metrics["loss"]) and math.isfinite(metrics["grad_norm"])
+
+
+class StepClock:
+    """Seconds per step, dispatch to dispatch, with the :meth:`paused` stretches left out."""
+
+    def __init__(self):
+        self._paused = 0.0
+        self._dispatched: dict[int, float] = {}
+        self._first: tuple[int, float] | None = None   # the first step timed, when it was dispatched
+        self._window: tuple[int, float] | None = None  # where the current log window starts
+        self._end: tuple[int, float] | None = None
+
+    def _now(self) -> float:
+        return time.perf_counter() - self._paused
+
+    def dispatched(self, step: int) -> None:
+        now = self._now()
+        self._dispatched[step] = now
+        if self._first is None:
+            self._first = self._window = (step, now)
+
+    @contextlib.contextmanager
+    def paused(self):
+        t0 = time.perf_counter()
+        try:
+            yield
+        finally:
+            self._paused += time.perf_counter() - t0
+
+    def window(self, step: int) -> float | None:
+        """Mean seconds per step from the previous window's end to the dispatch of ``step`` (a log
+        step), which ends this window; None for a window of no whole step."""
+        t = self._dispatched.get(step)
+        if t is None or self._window is None:
+            return None
+        start, t0 = self._window
+        self._window = (step, t)
+        self._dispatched = {s: v for s, v in self._dispatched.items() if s > step}
+        return (t - t0) / (step - start) if step > start else None
+
+    def finished(self, step: int) -> None:
+        """The step ``step`` has finished (its metrics were read)."""
+        self._end = (step, self._now())
+
+    def steady(self) -> float | None:
+        """Mean seconds per step over the run: from the first step's dispatch to the last finished
+        step (every step between ran in that time); None with fewer than two steps."""
+        if self._first is None or self._end is None or self._end[0] <= self._first[0]:
+            return None
+        (first, t0), (last, t1) = self._first, self._end
+        return (t1 - t0) / (last - first + 1)
