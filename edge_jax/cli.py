@@ -1,4 +1,4 @@
-"""``edge-jax`` command line: train | eval | grid | bench | data | hf | summary | params | launch | moe | cache | analyze.
+"""``edge-jax`` command line: train | eval | grid | bench | data | hf | summary | params | launch | compile | moe | cache | analyze.
 
 Config options follow big_vision: ``--config configs/lm.py:size=tiny --config.train.steps=200``.
 Errors a user can fix (:class:`edge_jax.errors.UserError`) are printed as one line
@@ -10,6 +10,11 @@ The core subcommands are defined here; each paper adds its own through
 one process of a multi-process job: it takes ``--coordinator-address``, ``--num-processes`` and
 ``--process-id`` and joins the job before anything starts JAX (:func:`edge_jax.distributed.start`;
 docs/multihost.md).
+
+Building the parser imports no JAX: it reads what :func:`edge_jax.plugins.load_cli` declared, so
+``--help`` and argument errors answer at once. Once the arguments parse, :func:`main` fills every
+registry (:func:`edge_jax.plugins.load`) unless the command set ``needs_plugins=False`` (``launch``,
+``summary``), then runs it.
 """
 from __future__ import annotations
 
@@ -18,7 +23,7 @@ import sys
 import traceback
 from typing import Callable
 
-from edge_jax import distributed
+from edge_jax import distributed, plugins
 from edge_jax.compile.chips import prepare_for_argv
 from edge_jax.errors import EXIT_PREEMPTED, ConfigError, Preempted, UserError
 from edge_jax.utils.args import UsageError, at_least, count, output_dir, trained_workdir
@@ -124,21 +129,29 @@ def _add_core_commands(sub) -> None:
     p = sub.add_parser("summary", help="one row per ablation grid: the paper's pairs that agree, disagree or "
                                        "are within noise")
     summary.add_arguments(p)
-    p.set_defaults(fn=lambda a, o: summary.run(a), joins_job=False)
+    p.set_defaults(fn=lambda a, o: summary.run(a), joins_job=False, needs_plugins=False)
     from edge_jax.utils import launch
     p = sub.add_parser("launch", help="run a command as N processes of one job on this machine (docs/multihost.md)")
     launch.add_arguments(p)
-    p.set_defaults(fn=lambda a, o: launch.launch(a.processes, a.devices_per_process, a.argv), joins_job=False)
+    p.set_defaults(fn=lambda a, o: launch.launch(a.processes, a.devices_per_process, a.argv), joins_job=False,
+                   needs_plugins=False)
+    from edge_jax.compile import command as compile_command
+    p = sub.add_parser("compile", help="compile the train/decode step for a TPU topology or GPU (or cpu:N, local) and "
+                       "print memory per device, fit and a roofline estimate")
+    compile_command.add_arguments(p)
+    p.set_defaults(fn=compile_command.run, takes_overrides=True)
 
 
 def build_parser() -> argparse.ArgumentParser:
-    """The core subcommands, then those in :data:`edge_jax.registry.COMMANDS` in registration order.
+    """The core subcommands, then those in :data:`edge_jax.registry.COMMANDS` in registration order
+    (declared by :func:`edge_jax.plugins.load_cli`, called here; no JAX is imported).
 
     A registered command is ``add_parser(subparsers)``: it adds its parser (named as registered) and
     sets ``fn(args, overrides) -> exit status``, and ``takes_overrides=True`` where ``--config.*``
-    overrides apply. A name ``"GROUP NAME"`` adds ``NAME`` under the core group ``GROUP``
-    (:data:`GROUPS`), e.g. ``"analyze logit-lens"``."""
+    overrides apply; ``fn`` imports its work when it runs. A name ``"GROUP NAME"`` adds ``NAME`` under
+    the core group ``GROUP`` (:data:`GROUPS`), e.g. ``"analyze logit-lens"``."""
     from edge_jax.registry import COMMANDS
+    plugins.load_cli()
     parser = Parser(prog="edge-jax", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
     _add_core_commands(sub)
@@ -193,7 +206,7 @@ def _add(sub, name: str, add_parser: Callable) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     program, argv = argv is None, sys.argv[1:] if argv is None else argv
-    prepare_for_argv(argv, program)  # before building the parser, which imports the plugins and may start JAX
+    prepare_for_argv(argv, program)  # before anything imports JAX (the plugins, once the arguments parse)
     distributed.quiet_platforms()
     parser = build_parser()
     try:
@@ -202,6 +215,8 @@ def main(argv: list[str] | None = None) -> int:
         if overrides and not getattr(args, "takes_overrides", False):
             raise ConfigError(f"--config.* overrides do not apply to `{args.command}`"
                               + getattr(args, "overrides_hint", ""))
+        if getattr(args, "needs_plugins", True):
+            plugins.load()
         join_job(args)
         status = args.fn(args, overrides) or 0
     except (UserError, FileNotFoundError) as e:  # errors that carry their own one-line fix

@@ -20,6 +20,7 @@ from typing import Any, Iterable, Mapping
 
 import ml_collections
 
+from edge_jax import plugins
 from edge_jax.errors import ConfigError, UserError, one_line, unknown
 from edge_jax.registry import CONFIG_TASKS, SECTIONS, ConfigTask
 
@@ -102,6 +103,7 @@ def _section_dict(section: str, core=None) -> dict:
 
 def base_config() -> ml_collections.ConfigDict:
     """The ``lm`` schema with defaults; every valid key appears here."""
+    plugins.load()  # every section registered
     c = ml_collections.ConfigDict()
     c.seed = 0
     c.model = ml_collections.ConfigDict(_section_dict("model"))
@@ -239,6 +241,7 @@ def _check_keys(c, path: str) -> None:
 
 def load_config(spec: str, overrides: Mapping[str, Any] | Iterable[str] = ()) -> ml_collections.ConfigDict:
     """Load ``path/to/config.py[:arg]``, apply overrides, validate, and return it."""
+    plugins.load()  # every section, task and variant registered before the file runs
     path, _, arg = spec.partition(":")
     if not os.path.isfile(path):
         raise ConfigError(f"config file {path!r} not found; pass e.g. --config configs/lm.py:size=tiny")
@@ -269,6 +272,7 @@ def upgrade_config(old: Mapping) -> dict:
     """A config written by an older edge_jax (a workdir's ``config.json``, a record's ``config``)
     in today's keys: each section's ``renames`` and ``upgrade`` applied. Keys the schema gained
     since are left out (they read as their defaults)."""
+    plugins.load()  # every section's renames
     flat = flatten(old)
     for _, section in SECTIONS.items():
         for before, after in section.renames.items():

@@ -188,6 +188,8 @@ def _client():
 
 
 def process_count() -> int:
+    if "jax" not in sys.modules:  # JAX never imported: this process joined no job (and a usage error stays light)
+        return 1
     from jax._src import distributed as jax_distributed
     state = jax_distributed.global_state
     return int(state.num_processes) if state.client is not None and state.num_processes else 1

@@ -10,43 +10,21 @@ ablation cells) reads the registry, so adding a variant touches one place. Regis
 generic core are defined here; a registry for a narrower axis lives beside the code it selects
 (e.g. ``edge_jax.layers.ffn.FFN_KINDS``, ``edge_jax.infer.kv_baselines.KV_METHODS``).
 
-Layers register their variants when :mod:`edge_jax.models` imports them, paper packages when
-:mod:`edge_jax.papers` is imported. Reading a registry imports :data:`PLUGINS` first
-(:func:`load_plugins`), so a sixth paper is one folder under ``edge_jax/papers/`` plus one line in
-``edge_jax/papers/__init__.py``; the generic code never imports a paper.
+A registry holds what the modules imported so far registered; reading one imports nothing. The one
+bootstrap, :mod:`edge_jax.plugins`, imports the modules that register (the layers through the model,
+the generic code's, every paper's): :func:`edge_jax.plugins.load` for all of them,
+:func:`edge_jax.plugins.load_cli` for what the command line parses. The generic code never imports
+a paper.
 """
 from __future__ import annotations
 
 import dataclasses
-import importlib
-import threading
 from typing import Any, Callable, Generic, Iterator, TypeVar
 
+from edge_jax import plugins
 from edge_jax.errors import ConfigError, unknown
 
 T = TypeVar("T")
-# The modules whose import registers every variant: the layers (through the model), the generic KV
-# baselines, the LM runner and evaluators, the zero-shot tasks and evaluator, the generic benchmark,
-# then every paper.
-PLUGINS = ("edge_jax.models", "edge_jax.infer", "edge_jax.train.loop", "edge_jax.eval.evaluator",
-           "edge_jax.bench.command", "edge_jax.compile.command", "edge_jax.papers")
-_loaded = False
-_loading = threading.local()
-
-
-def load_plugins() -> None:
-    """Import :data:`PLUGINS` once (re-entrant: a registry read during that import sees what has
-    registered so far)."""
-    global _loaded
-    if _loaded or getattr(_loading, "active", False):
-        return
-    _loading.active = True
-    try:
-        for name in PLUGINS:
-            importlib.import_module(name)
-        _loaded = True
-    finally:
-        _loading.active = False
 
 
 class Registry(Generic[T]):
@@ -76,32 +54,31 @@ class Registry(Generic[T]):
         """The object registered as ``name``; a one-line :class:`ConfigError` naming the close
         names otherwise."""
         if name not in self._items:
-            load_plugins()
-        if name not in self._items:
-            raise ConfigError(unknown(f"{self.key} value" if self.key else self.axis, name, self._items))
+            raise ConfigError(self._unknown(f"{self.key} value" if self.key else self.axis, name))
         return self._items[name]
 
     def check(self, name: str, key: str | None = None) -> None:
         """Raise the one-line error of :meth:`get` (naming ``key`` if given) for an unknown name."""
         if name not in self._items:
-            load_plugins()
-        if name not in self._items:
-            raise ConfigError(unknown(f"{key or self.key or self.axis} value", name, self._items))
+            raise ConfigError(self._unknown(f"{key or self.key or self.axis} value", name))
+
+    def _unknown(self, kind: str, name: str) -> str:
+        """The one line of an unknown name; before :func:`edge_jax.plugins.load` it says so, since the
+        name may be one that a module not yet imported registers."""
+        line = unknown(kind, name, self._items)
+        if not plugins.loaded():
+            line += " (the plugins are not loaded: call edge_jax.plugins.load() first)"
+        return line
 
     def names(self) -> tuple[str, ...]:
-        load_plugins()
+        """The names registered so far, in registration order."""
         return tuple(self._items)
 
-    def registered(self) -> list[tuple[str, T]]:
-        """What has registered so far, without importing the plugins (for import-time use)."""
-        return list(self._items.items())
-
     def items(self) -> list[tuple[str, T]]:
-        load_plugins()
+        """``(name, object)`` registered so far, in registration order."""
         return list(self._items.items())
 
     def __contains__(self, name: str) -> bool:
-        load_plugins()
         return name in self._items
 
     def __iter__(self) -> Iterator[str]:
@@ -150,7 +127,7 @@ class Evaluator:
     asks for it; ``run(ctx) -> metrics`` gets an :class:`edge_jax.train.hooks.EvalContext` (the run,
     its trained params, the validation batches, the workdir, whether this process writes files).
     The loop runs the enabled evaluators in registration order (the core's ``qa`` first, then the
-    papers' in the order :mod:`edge_jax.papers` imports them) and merges their metrics into its result,
+    papers' in the order of :data:`edge_jax.papers.PAPERS`) and merges their metrics into its result,
     so metric names must not collide (e.g. a prefix of the evaluator's own: ``longctx/``, ``moe/``)."""
     enabled: Callable[[Any], bool]
     run: Callable[[Any], dict]

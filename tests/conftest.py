@@ -1,4 +1,5 @@
-"""Test setup: 8 simulated CPU devices (for the sharding tests) and a shared tiny config."""
+"""Test setup: 8 simulated CPU devices (for the sharding tests), every registry filled
+(:func:`edge_jax.plugins.load`) and a shared tiny config."""
 import os
 import sys
 
@@ -9,6 +10,7 @@ os.environ.setdefault("ALLOW_MULTIPLE_LIBTPU_LOAD", "1")  # TPU compiles in seve
 
 import pytest  # noqa: E402
 
+from edge_jax import plugins  # noqa: E402
 from edge_jax.compile.gpus import has_plugin  # noqa: E402
 
 if has_plugin():
@@ -17,6 +19,8 @@ if has_plugin():
     # whichever test would start them first (tests that read a command's stderr).
     import jax  # noqa: E402
     jax.devices()
+
+plugins.load()  # every registry full before a test module reads one, as the CLI fills them before a command runs
 
 
 def pytest_collection_modifyitems(items):

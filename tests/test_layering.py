@@ -2,16 +2,19 @@
 
 Every module under ``edge_jax/`` is read with :mod:`ast`; every ``import`` / ``from ... import``
 anywhere in the file counts (top level, inside functions, under ``if TYPE_CHECKING``; relative
-imports resolved), and so does ``importlib.import_module("edge_jax....")`` with a literal name.
-``from pkg import name`` is an edge to the module ``pkg.name`` when that is a module, else to
-``pkg``. The parent packages Python runs on the way (``pkg/__init__``) are not edges: they would
-make every package that re-exports its submodules a cycle. Plugins found at run time through a
-registry (:func:`edge_jax.registry.load_plugins` imports ``edge_jax.papers`` by a name held in a
-variable) are not static imports, which is the point of the registries.
+imports resolved), and so does ``importlib.import_module("edge_jax....")`` with a literal name. A
+literal ``"edge_jax.module:function"`` (a function named for a later import: what a declared benchmark
+runs, :class:`edge_jax.bench.Benchmark`, or a grid's ``post``) counts for the layer order but not for
+cycles: the module naming it imports nothing, and the named module may read the namer's constants
+(its flags' defaults). ``from pkg import name`` is an edge to the module ``pkg.name`` when
+that is a module, else to ``pkg``. The parent packages Python runs on the way (``pkg/__init__``) are not
+edges: they would make every package that re-exports its submodules a cycle. The plugins the bootstrap
+imports (:mod:`edge_jax.plugins`: the papers, by names held in variables) are not static imports, which
+is the point of the registries.
 
 The allowed order, lowest first; a module may import its own level and the levels below::
 
-    core               edge_jax/__init__, config, errors, registry, sharding, utils/*
+    core               edge_jax/__init__, config, distributed, errors, plugins, registry, sharding, utils/*
     layers             layers/*
     models/interop     models/*, interop/*
     data/train/infer   data/*, train/*, infer/*, eval/*   (data/* may import the core only)
@@ -32,6 +35,7 @@ from __future__ import annotations
 import ast
 import collections
 import pathlib
+import re
 
 import pytest
 
@@ -40,7 +44,7 @@ PACKAGE = ROOT / "edge_jax"
 MAX_LINES = 450
 
 LEVELS = (  # (level, top-level names under edge_jax/ that belong to it), lowest first
-    ("core", ("__init__", "config", "distributed", "errors", "registry", "sharding", "utils")),
+    ("core", ("__init__", "config", "distributed", "errors", "plugins", "registry", "sharding", "utils")),
     ("layers", ("layers",)),
     ("models/interop", ("models", "interop")),
     ("data/train/infer", ("data", "train", "infer", "eval")),
@@ -51,6 +55,7 @@ LEVELS = (  # (level, top-level names under edge_jax/ that belong to it), lowest
 RANK = {level: i for i, (level, _) in enumerate(LEVELS)}
 LEVEL_OF_TOP = {top: level for level, tops in LEVELS for top in tops}
 NARROWER = {"data": ("core",)}  # a top-level package that may import only these levels (and itself)
+RUNS = re.compile(r"edge_jax(\.\w+)+:\w+")  # a function named for a later import: "edge_jax.bench.data:run"
 
 
 def _modules(package_dir: pathlib.Path) -> dict[str, tuple[pathlib.Path, str]]:
@@ -74,8 +79,9 @@ def _resolve(name: str, mods) -> str | None:
     return name or None
 
 
-def _imports(path: pathlib.Path, package: str, mods) -> list[tuple[int, str]]:
-    """(line, target module) for every import of an edge_jax module in ``path``."""
+def _imports(path: pathlib.Path, package: str, mods, named: bool = False) -> list[tuple[int, str]]:
+    """(line, target module) for every import of an edge_jax module in ``path`` (and with ``named``,
+    every ``"edge_jax.module:function"``)."""
     found = []
     for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
         if isinstance(node, ast.Import):
@@ -94,6 +100,9 @@ def _imports(path: pathlib.Path, package: str, mods) -> list[tuple[int, str]]:
               and ((isinstance(node.func, ast.Attribute) and node.func.attr == "import_module")
                    or (isinstance(node.func, ast.Name) and node.func.id in ("import_module", "__import__")))):
             names = [node.args[0].value]
+        elif named and isinstance(node, ast.Constant) and isinstance(node.value, str) and RUNS.fullmatch(
+                node.value):
+            names = [node.value.partition(":")[0]]  # "edge_jax.module:function", imported when it runs
         else:
             continue
         for name in names:
@@ -104,13 +113,14 @@ def _imports(path: pathlib.Path, package: str, mods) -> list[tuple[int, str]]:
     return found
 
 
-def import_graph(package_dir: pathlib.Path = PACKAGE) -> dict[str, dict[str, int]]:
-    """module -> {imported module: line of its first import}, self-imports left out."""
+def import_graph(package_dir: pathlib.Path = PACKAGE, named: bool = False) -> dict[str, dict[str, int]]:
+    """module -> {imported module: line of its first import}, self-imports left out (with ``named``,
+    the modules named by ``"edge_jax.module:function"`` too)."""
     mods = _modules(package_dir)
     graph = {}
     for module, (path, package) in mods.items():
         edges: dict[str, int] = {}
-        for line, target in sorted(_imports(path, package, mods)):
+        for line, target in sorted(_imports(path, package, mods, named)):
             if target != module:
                 edges.setdefault(target, line)
         graph[module] = edges
@@ -248,7 +258,7 @@ def test_no_import_cycles():
 
 
 def test_imports_follow_the_layer_order():
-    bad = violations(import_graph())
+    bad = violations(import_graph(named=True))
     order = " -> ".join(level for level, _ in LEVELS)
     if bad:
         pytest.fail(f"{len(bad)} import(s) against the order {order} (data/* imports the core only; "
@@ -276,6 +286,7 @@ def test_checker_sees_every_kind_of_import(tmp_path):
         "papers/a/x.py": "import importlib\nimportlib.import_module('edge_jax.papers.b.y')\n",
         "papers/b/__init__.py": "from . import z\n",
         "papers/b/y.py": "from edge_jax.config import f\nimport edge_jax.layers.attn\n",
+        "layers/spec.py": "RUN = 'edge_jax.papers.b.y:run'\n",
         "papers/b/z.py": "from edge_jax import papers\n",
         "data/__init__.py": "",
         "data/io.py": "from edge_jax.layers.attn import K\n",
@@ -283,18 +294,20 @@ def test_checker_sees_every_kind_of_import(tmp_path):
         (pkg / rel).parent.mkdir(parents=True, exist_ok=True)
         (pkg / rel).write_text(text)
     graph = import_graph(pkg)
-    bad = violations(graph, tmp_path)
+    bad = violations(import_graph(pkg, named=True), tmp_path)
     found = cycles(graph)
     assert graph["edge_jax.papers"] == {"edge_jax.papers.a": 1, "edge_jax.papers.b": 1}
     assert "edge_jax.papers.a.x" in graph["edge_jax.layers.attn"]
     assert "edge_jax.papers.b.y" in graph["edge_jax.papers.a.x"]
+    assert graph["edge_jax.layers.spec"] == {}  # a named function is no import: no cycle runs through it
     assert "edge_jax/config.py:2: imports edge_jax.layers.attn (core -> layers)" in bad
     assert "edge_jax/layers/attn.py:3: imports edge_jax.papers.a.x (layers -> papers/a)" in bad
     assert "edge_jax/papers/a/x.py:2: imports edge_jax.papers.b.y (papers/a -> papers/b)" in bad
     assert "edge_jax/data/io.py:1: imports edge_jax.layers.attn (data -> layers)" in bad
+    assert "edge_jax/layers/spec.py:1: imports edge_jax.papers.b.y (layers -> papers/b)" in bad
     assert "edge_jax/papers/b/z.py:1: imports edge_jax.papers (papers/b -> papers)" in bad
     assert not any(b.startswith("edge_jax/papers/__init__.py") for b in bad)
-    assert len(bad) == 5, bad
+    assert len(bad) == 6, bad
     cycle, comp = found[0]
     assert cycle == ["edge_jax.config", "edge_jax.layers.attn", "edge_jax.papers.a.x",
                      "edge_jax.papers.b.y", "edge_jax.config"]

@@ -25,15 +25,13 @@ import time
 import jax
 import numpy as np
 
-from edge_jax.bench import Benchmark
 from edge_jax.config import load_config
-from edge_jax.registry import BENCHMARKS
 from edge_jax.sharding import batch_sharding
 from edge_jax.train.checkpoint import Checkpointer
 from edge_jax.train.setup import build
 from edge_jax.train.state import abstract_train_state, create_train_state
 from edge_jax.train.step import make_train_step
-from edge_jax.utils.args import count, output_dir
+from edge_jax.utils.args import output_dir
 
 DATA_STATE = {"stream_rows": [[0, 1, 2, 3, 4]]}  # what a data iterator's state looks like in size
 
@@ -138,15 +136,3 @@ def run(args, overrides) -> str:
     lines.append(f"    (synchronous saves instead: median {statistics.median(sync):.4f} s/step, ratio "
                  f"{statistics.median(sync) / statistics.median(steps['no checkpoint']):.3f})")
     return "\n".join(lines)
-
-
-def add_arguments(group) -> None:
-    # --config and --steps (train steps per timed round) are train-step's flags, read here too
-    group.add_argument("--every", type=count, default=10, help="steps between checkpoints in the async-save "
-                       "rounds (also reads --config and --steps)")
-    group.add_argument("--dir", default=tempfile.gettempdir(), help="where the temporary checkpoints go")
-
-
-BENCHMARKS.register("checkpoint", Benchmark(
-    help="checksummed against plain save and restore, async saves every --every steps against none "
-         "(ratios; also takes --repeats)", run=run, add_arguments=add_arguments))

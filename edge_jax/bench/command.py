@@ -3,20 +3,16 @@
 It declares the flags several benchmarks read (``--repeats``, ``--chunk``, ``--json``, the model and MoE
 shape), then one argument group per benchmark with the flags only it reads
 (:class:`edge_jax.bench.Benchmark`). A shared flag left out takes the chosen benchmark's default
-(``Benchmark.defaults``), else :data:`DEFAULTS`; the benchmark's report is printed.
+(``Benchmark.defaults``), else :data:`DEFAULTS`; the benchmark's report is printed. The benchmarks are
+those the bootstrap declared (:func:`edge_jax.plugins.load_cli`: :mod:`edge_jax.bench.catalog` and each
+paper's ``cli.py``); building the parser imports none of their measuring modules.
 """
 from __future__ import annotations
 
 import argparse
 
-import edge_jax.bench.checkpoint  # noqa: F401  (registers checkpoint: checksums and async saves)
-import edge_jax.bench.data  # noqa: F401  (registers data: the input pipeline)
-import edge_jax.bench.eval  # noqa: F401  (registers eval: our scorer against lm-eval)
-import edge_jax.bench.hf_import  # noqa: F401  (registers import: peak memory of edge-jax hf import)
-import edge_jax.bench.kernels  # noqa: F401  (registers kernels: the registered Pallas kernels)
-import edge_jax.bench.train_step  # noqa: F401  (registers train-step, the generic benchmark)
 from edge_jax.errors import ConfigError
-from edge_jax.layers.kernels.backend import KERNEL_MODES
+from edge_jax.layers.kernels import KERNEL_MODES
 from edge_jax.registry import BENCHMARKS
 from edge_jax.utils.args import count, output_file
 
@@ -73,5 +69,5 @@ def run(args: argparse.Namespace, overrides) -> int:
     for key, value in {**DEFAULTS, **bench.defaults}.items():
         if getattr(args, key) is None:
             setattr(args, key, value)
-    print(bench.run(args, overrides))
+    print(bench(args, overrides))
     return 0

@@ -14,7 +14,6 @@ how many workers a host needs for the per-host token rate of the paper presets' 
 """
 from __future__ import annotations
 
-import argparse
 import glob
 import json
 import math
@@ -25,12 +24,10 @@ import statistics
 import subprocess
 import sys
 
-from edge_jax.bench import Benchmark
-from edge_jax.bench.corpus import corpus_dir, corpus_info, corpus_path, is_complete, parse_size, sample, size_label
+from edge_jax.bench.corpus import corpus_dir, corpus_info, corpus_path, is_complete, sample, size_label
 from edge_jax.bench.data_probe import PREFIX
 from edge_jax.errors import ConfigError
-from edge_jax.registry import BENCHMARKS
-from edge_jax.utils.args import at_least, count, non_negative, output_dir, positive
+from edge_jax.utils.args import output_dir
 
 GOALS = {"memory": 1.10, "first_batch_s": 10.0, "ratio": 0.9}
 CHIPS_PER_HOST = 4    # TPU VMs of a multi-host slice hold 4 chips (edge_jax.compile.chips: chips_per_host_bounds 2x2x1)
@@ -39,52 +36,6 @@ CHIPS_PER_HOST = 4    # TPU VMs of a multi-host slice hold 4 chips (edge_jax.com
 # with loop bodies counted every time (issue 35; the tables before counted 4,595,094, an overestimate).
 FALLBACK_HOST_RATE = (90_114.0, "constant from results/meki_main/paper_compile.json (v5p-128 baseline / 16 hosts)")
 TOKENIZER_VOCAB = 8192
-
-
-def _listed(parse_one, example: str):
-    """An argparse type: a comma-separated list, each item through ``parse_one`` (a ValueError or
-    KeyError refuses the whole flag in one line that shows ``example``)."""
-    def parse(text: str) -> list:
-        try:
-            return [parse_one(item.strip()) for item in text.split(",")]
-        except (ValueError, KeyError, IndexError, argparse.ArgumentTypeError):
-            raise argparse.ArgumentTypeError(f"needs a comma-separated list such as {example}, got {text!r}") from None
-    parse.__name__ = "list"
-    return parse
-
-
-def _size(text: str) -> int:
-    size = parse_size(text)
-    if size < 1:
-        raise ValueError(text)
-    return size
-
-
-def _one_of(*names: str):
-    return lambda text: names[names.index(text)]
-
-
-def add_arguments(g) -> None:
-    g.add_argument("--sizes", type=_listed(_size, "100M,1G,3G"), default="100M,1G,3G",
-                   help="corpus sizes in bytes of text (default 100M,1G,3G)")
-    g.add_argument("--formats", type=_listed(_one_of("jsonl", "parquet"), "jsonl,parquet"), default="jsonl,parquet",
-                   help="corpus formats (default jsonl,parquet)")
-    g.add_argument("--tokenizers", type=_listed(_one_of("byte", "spm", "hf"), "byte,spm,hf"), default="byte,spm,hf",
-                   help="byte, spm, hf (default all three)")
-    g.add_argument("--workers", type=_listed(at_least(0), "1,2"), default="1,2",
-                   help="grain worker counts of the iterator (default 1,2; 0: in-process)")
-    g.add_argument("--tokens", type=positive, default=100e6, help="most tokens timed per measurement (default 100M)")
-    g.add_argument("--seconds", type=positive, default=10.0, help="most seconds timed per measurement (default 10)")
-    g.add_argument("--warmup", type=non_negative, default=2.0, help="seconds read after the first batch before "
-                   "timing (drains what was prefetched meanwhile; default 2)")
-    g.add_argument("--segments", type=count, default=5, help="timed stretches per measurement, for the min..max")
-    g.add_argument("--corpus-dir", default="", help="where corpora and tokenizers are cached "
-                   "(default $EDGE_JAX_DATA/bench/corpora, else ~/.cache/edge_jax/bench/corpora)")
-    g.add_argument("--seq-len", type=count, default=2048, help="tokens per row (default 2048)")
-    g.add_argument("--batch-size", type=count, default=8, help="rows per batch (default 8; --batch is the shared "
-                   "decode-batch flag of the model benchmarks)")
-    g.add_argument("--seed", type=at_least(0), default=0, help="corpus seed (default 0)")
-    g.add_argument("--timeout", type=positive, default=900, help="seconds before a measurement is abandoned")
 
 
 def default_root() -> str:
@@ -353,10 +304,3 @@ def run(args, overrides) -> str:
         with open(args.json, "w") as f:
             json.dump({"cells": [{"key": list(k), **v} for k, v in results.items()], "report": lines}, f, indent=1)
     return "\n".join(lines)
-
-
-BENCHMARKS.register("data", Benchmark(
-    help="the streamed train iterator against a minimal pyarrow + tokenizer loop over generated corpora "
-         "(default 100M, 1G, 3G; JSONL and parquet; byte, spm, hf): tokens/s, peak memory, first-batch time, "
-         "1 and 2 grain workers",
-    run=run, add_arguments=add_arguments, defaults={"repeats": 1}, writes_json=True))

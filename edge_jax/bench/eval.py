@@ -37,19 +37,16 @@ from pathlib import Path
 import numpy as np
 
 import edge_jax
-from edge_jax.bench import Benchmark
+from edge_jax.bench.catalog import EVAL_TASKS as TASKS
 from edge_jax.errors import ConfigError
 from edge_jax.eval import tiny_hf
 from edge_jax.eval.scorer import Scorer
 from edge_jax.eval.suite import task_examples
 from edge_jax.eval.tasks import ZERO_SHOT_TASKS
 from edge_jax.models.decoder import DecoderLM
-from edge_jax.registry import BENCHMARKS
-from edge_jax.utils.args import at_least, count
 from edge_jax.utils.atomic import write_json_atomic
 from edge_jax.utils.extras import require
 
-TASKS = ("short_mc", "long_context", "lambada")
 LL_TOL = 1e-4
 GOAL = 1.0  # ours / lm-eval's requests per second
 FIXTURES = Path(edge_jax.__file__).resolve().parents[1] / "tests" / "eval" / "lm_eval_fixtures"
@@ -216,21 +213,3 @@ def run(args, overrides) -> str:
     if args.json:
         write_json_atomic(args.json, [{"task": task, **row} for task, row in rows.items()])
     return format_report(rows, args, threads)
-
-
-def add_arguments(group) -> None:
-    group.add_argument("--task", action="append", choices=TASKS, default=None,
-                       help="only this task (repeatable); default: all three")
-    group.add_argument("--requests", type=count, default=192, help="requests per task (default 192)")
-    group.add_argument("--eval-batch", type=count, default=16, help="rows per model call, both sides (default 16)")
-    group.add_argument("--max-length", type=at_least(64), default=512,
-                       help="longest input in tokens, both sides (default 512)")
-    group.add_argument("--threads", choices=("1", "all"), default="1",
-                       help="threads of torch and of XLA alike: 1 (default) or all (every core)")
-    group.add_argument("--fixtures", default=None, help="the parity fixtures directory (default: the checkout's "
-                       "tests/eval/lm_eval_fixtures)")
-
-
-BENCHMARKS.register("eval", Benchmark(
-    "our zero-shot scorer against lm-evaluation-harness's HF model on a tiny Qwen3 (requests/s, ratio; needs the "
-    "lm-eval extra); also takes --repeats", run, add_arguments, defaults={"repeats": 3}, writes_json=True))

@@ -20,10 +20,6 @@ import time
 import ml_dtypes
 import numpy as np
 
-from edge_jax.bench import Benchmark
-from edge_jax.registry import BENCHMARKS
-from edge_jax.utils.args import positive
-
 D, HEADS, KV, HEAD_DIM, FF, VOCAB = 2048, 16, 8, 128, 8192, 32000
 
 
@@ -113,15 +109,3 @@ def run(args, overrides) -> str:
         f"  wall time: median {statistics.median(times):.1f} s (min {min(times):.1f}, max {max(times):.1f}), "
         f"{total / gb / statistics.median(times):.2f} GB/s",
     ])
-
-
-def add_arguments(group) -> None:
-    # --dir (checkpoint's flag, read here too): where the generated checkpoint and the imports go (twice --size-gb)
-    group.add_argument("--size-gb", type=positive, default=6.0, help="size of the generated checkpoint in GB (also "
-                       "reads --dir, which needs about twice that free)")
-
-
-BENCHMARKS.register("import", Benchmark(
-    help="peak RSS of edge-jax hf import on a generated --size-gb checkpoint (streaming: it should stay far "
-         "below the checkpoint's size; also takes --repeats)", run=run, add_arguments=add_arguments,
-    defaults={"repeats": 1}))

@@ -19,16 +19,14 @@ from typing import Callable
 import jax
 import jax.numpy as jnp
 
-from edge_jax.bench import Benchmark
+from edge_jax.bench.catalog import KERNEL_CALLS
 from edge_jax.compile.chips import CHIPS
 from edge_jax.layers.kernels import backend
-from edge_jax.registry import BENCHMARKS, Registry
-from edge_jax.utils.args import count
+from edge_jax.registry import Registry
 from edge_jax.utils.atomic import write_json_atomic
 from edge_jax.utils.timing import samples_interleaved
 
 TOL = {"float32": 1e-4, "bfloat16": 3e-2}
-CALLS = 20  # queued calls per timed sample (--calls)
 # device_kind -> (peak dense bf16 FLOP/s, memory bytes/s): the TPUs from compile.chips.CHIPS, the GPUs
 # from NVIDIA's data sheets (read 2026-11)
 TPU_KINDS = {"TPU v4": "v4", "TPU v5 lite": "v5e", "TPU v5": "v5p", "TPU v6 lite": "v6e"}
@@ -73,7 +71,7 @@ def queued(fn, args, calls: int):
     return run
 
 
-def measure(case: KernelCase, name: str, repeats: int, variant: str | None = None, calls: int = CALLS) -> dict:
+def measure(case: KernelCase, name: str, repeats: int, variant: str | None = None, calls: int = KERNEL_CALLS) -> dict:
     """One row; ``variant`` (``gpu``: the GPU variant, interpreted) labels it. Each timed sample is
     ``calls`` queued calls: one call of a kernel under a millisecond would time mostly the dispatch
     and the wait. Fresh closures keep ``jax.jit`` from reusing another variant's trace of the same case."""
@@ -146,16 +144,3 @@ def run(args, overrides) -> str:
     if not all(r["ok"] for r in rows):
         report += "\n\nA kernel disagrees with its reference beyond the tolerance (FAIL above)."
     return report
-
-
-def add_arguments(group) -> None:
-    group.add_argument("--kernel", action="append", default=None,
-                       help="only this kernel (repeatable); default: every registered one")
-    group.add_argument("--small", action="store_true", help="small shapes even where the kernels compile")
-    group.add_argument("--calls", type=count, default=CALLS, help="queued calls per timed sample (default "
-                       f"{CALLS}): one call of a kernel under a millisecond times mostly dispatch and sync")
-
-
-BENCHMARKS.register("kernels", Benchmark(
-    "each Pallas kernel against its XLA reference at the papers' shapes (on CPU: small, interpreted, "
-    "checked only)", run, add_arguments, defaults={"repeats": 20}, writes_json=True))

@@ -10,14 +10,11 @@ import jax
 import numpy as np
 import optax
 
-from edge_jax.bench import Benchmark
 from edge_jax.config import load_config
-from edge_jax.registry import BENCHMARKS
 from edge_jax.sharding import batch_sharding
 from edge_jax.train.setup import build
 from edge_jax.train.state import create_train_state
 from edge_jax.train.step import make_train_step, token_losses
-from edge_jax.utils.args import count
 from edge_jax.utils.timing import time_interleaved
 
 
@@ -70,14 +67,3 @@ def run(args, overrides) -> str:
         lines.append(f"  {name:>8}: {secs[name] * 1e3:8.2f} ms/step  {tokens_per_step / secs[name]:10.0f} tokens/s")
     lines.append(f"  ratio minimal/ours = {ratio:.3f} (goal >= 0.95: {'met' if ratio >= 0.95 else 'NOT met'})")
     return "\n".join(lines)
-
-
-def add_arguments(group) -> None:
-    group.add_argument("--config", default="configs/lm.py:size=tiny", help="path/to/config.py[:arg] "
-                       "(--config.* overrides apply)")
-    group.add_argument("--steps", type=count, default=20, help="steps per timed round")
-
-
-BENCHMARKS.register("train-step", Benchmark(
-    help="our jitted train step against a minimal hand-written JAX step (ratio = minimal time / ours); "
-         "also takes --repeats", run=run, add_arguments=add_arguments))

@@ -1,6 +1,8 @@
 """``edge-jax compile``: compile a config's train (or decode) step for a TPU slice, simulated CPU
 devices or this machine, and print per-device memory, whether it fits, compiled FLOPs and a
-roofline step-time / tokens-per-second / MFU estimate (docs/compile.md)."""
+roofline step-time / tokens-per-second / MFU estimate (docs/compile.md).
+
+:func:`add_arguments` imports no JAX (``edge-jax compile --help``); the compile imports it when it runs."""
 from __future__ import annotations
 
 import argparse
@@ -8,14 +10,13 @@ import re
 from typing import Callable
 
 from edge_jax.compile.chips import make_target
-from edge_jax.config import ConfigError
-from edge_jax.registry import COMMANDS
-from edge_jax.sharding import MESH_AXES
+from edge_jax.errors import ConfigError
 from edge_jax.utils.args import at_least, count
 
 
 def parse_mesh(text: str | None, slices: int) -> dict:
     """``fsdp=64,tensor=2`` -> every mesh axis (unnamed: data = slices, fsdp = the rest, tensor 1)."""
+    from edge_jax.config import MESH_AXES
     if not text:
         return {"data": slices, "fsdp": -1, "tensor": 1}
     out = {"data": 1, "fsdp": 1, "tensor": 1}
@@ -115,14 +116,6 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--no-fix", action="store_true", help="do not search for a fix when the step does not fit")
     p.add_argument("--unrolled", action="store_true", help="compile one body per layer (model.scan_layers=False) "
                    "instead of the default scanned layers; slow for paper sizes")
-
-
-@COMMANDS.register("compile")
-def add_parser(sub) -> None:
-    p = sub.add_parser("compile", help="compile the train/decode step for a TPU topology or GPU (or cpu:N, local) and "
-                       "print memory per device, fit and a roofline estimate")
-    add_arguments(p)
-    p.set_defaults(fn=run, takes_overrides=True)
 
 
 def run(args, overrides) -> int:

@@ -24,8 +24,9 @@ import dataclasses
 import random
 from typing import Any, Callable, Iterable, Sequence
 
+from edge_jax import plugins
 from edge_jax.errors import UserError, unknown
-from edge_jax.registry import Registry, load_plugins
+from edge_jax.registry import Registry
 
 KINDS = ("multiple_choice", "multiple_input", "loglikelihood")
 FEWSHOT_DELIMITER = "\n\n"
@@ -127,7 +128,7 @@ def expand(names: str | Iterable[str]) -> list[str]:
     if not items:
         raise TaskError("no zero-shot task named; pass --tasks facts_mc,code_cloze or --tasks ten_benchmarks")
     if any(n not in GROUPS for n in items):
-        load_plugins()  # a group a paper registers on import
+        plugins.load()  # a group a paper registers on import
     out: list[str] = []
     for name in items:
         for n in GROUPS.get(name, (name,)):

@@ -16,8 +16,8 @@ last logits [B, V], its per-layer caches (:mod:`edge_jax.infer.kv_state`: GQA ke
 latents) as ``caches`` and an optional ``probe`` (:class:`edge_jax.infer.kv_state.PeakProbe`). A new
 baseline is one class and its registration: the harness (:mod:`edge_jax.infer.longctx`), config
 validation and comparison grids built from the registry pick it up. Importing :mod:`edge_jax.infer`
-registers the baselines below; reading the registry imports the papers
-(:func:`edge_jax.registry.load_plugins`), which register theirs.
+registers the baselines below; the papers register theirs when the bootstrap imports them
+(:func:`edge_jax.plugins.load`).
 
 The baselines hold at most ``budget`` prompt tokens per layer after prefill (FullKV: all of them) and
 append the generated tokens after those (``extra`` slots, ``longctx.answer_tokens``).

@@ -86,7 +86,7 @@ SECTIONS.register("layer_stack", Section("model", LayerStackKeys, _validate_stac
 
 def model_sections() -> list[Section]:
     """The ``model`` sections registered so far, in merge order."""
-    found = [s for _, s in SECTIONS.registered() if s.section == "model"]
+    found = [s for _, s in SECTIONS.items() if s.section == "model"]
     return sorted(found, key=lambda s: s.order)
 
 

@@ -34,7 +34,7 @@ def host_shapes(cfg: ModelConfig, batch: int, seq: int) -> dict:
 
 def host_input_names() -> tuple[str, ...]:
     """Every name some registered memory kind accepts as a host input (the batch keys that are one)."""
-    return tuple(dict.fromkeys(n for _, kind in MEMORY_KINDS.registered() for n in kind.accepts))
+    return tuple(dict.fromkeys(n for _, kind in MEMORY_KINDS.items() for n in kind.accepts))
 
 
 def with_host_inputs(cfg: ModelConfig, batch: dict) -> dict:

@@ -1,6 +1,9 @@
 """Each paper's application code, one folder per paper.
 
-Importing this package registers every paper's config sections, evaluators, benchmarks and
-commands (:mod:`edge_jax.registry`); a new paper is a folder here plus one line below.
+:data:`PAPERS` lists them; the bootstrap (:mod:`edge_jax.plugins`) imports each one's ``cli.py`` (its
+commands and benchmarks, without JAX) and ``plugin.py`` (every registration of the paper: config sections,
+evaluators, hooks, variants). A new paper is a folder here with those two modules, plus its name below.
+Importing this package imports no paper.
 """
-from edge_jax.papers import edgeinfinite, expert_cache, meki, npumoe, plm  # noqa: F401
+
+PAPERS = ("edgeinfinite", "expert_cache", "meki", "npumoe", "plm")  # registration order

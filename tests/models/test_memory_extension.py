@@ -60,7 +60,7 @@ def _fold(params, cfg):
     return out, cfg
 
 
-if NAME not in dict(MEMORY_KINDS.registered()):
+if NAME not in dict(MEMORY_KINDS.items()):
     MEMORY_KINDS.register(NAME, MemoryKind(_branch, prepare=_prepare, accepts=(INPUT,), host_inputs=_host_inputs,
                                            inference_form=_fold, inference_config=lambda cfg: cfg))
 

@@ -34,6 +34,7 @@ import logging
 import jax
 
 from edge_jax.errors import ConfigError, unknown
+from edge_jax.layers.kernels import KERNEL_MODES
 from edge_jax.registry import SECTIONS, Section
 
 try:
@@ -41,7 +42,6 @@ try:
 except ImportError:  # a JAX that has dropped Pallas's Triton backend
     pltriton = None
 
-KERNEL_MODES = ("xla", "pallas", "auto")
 OURS = frozenset({"expert_ffn", "mla_decode", "segment_attention"})
 TRITON = pltriton is not None
 # the custom call a Pallas Triton kernel lowers to (named by JAX 0.11; the same string before)

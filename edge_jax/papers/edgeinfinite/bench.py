@@ -48,7 +48,6 @@ import jax.numpy as jnp
 import ml_collections
 import numpy as np
 
-from edge_jax.bench import Benchmark
 from edge_jax.bench.kernels import KERNEL_CASES, KernelCase
 from edge_jax.config import ConfigError
 from edge_jax.infer.kv_baselines import KV_METHODS
@@ -56,15 +55,17 @@ from edge_jax.infer.kv_state import PeakProbe, cache_bytes
 from edge_jax.layers.kernels.segment_attention import segment_attention, segment_attention_reference
 from edge_jax.models.decoder import DecoderLM, ModelConfig
 from edge_jax.papers.edgeinfinite import inference  # noqa: F401  (registers the edgeinfinite method)
-from edge_jax.registry import BENCHMARKS
-from edge_jax.utils.args import at_least, count, output_file
+from edge_jax.papers.edgeinfinite.cli import (
+    DEFAULT_CHUNK,
+    DEFAULT_REPEATS,
+    DEFAULT_SEGMENT,
+    DEFAULT_SINK,
+    DEFAULT_WINDOW,
+)
+from edge_jax.utils.args import output_file
 from edge_jax.utils.atomic import save_figure_atomic, write_json_atomic
 
 DEFAULT_SHAPE = dict(vocab_size=256, d_model=128, n_layers=2, n_heads=4, n_kv_heads=2, head_dim=32, d_ff=256)
-DEFAULT_LENGTHS = "2048,4096,8192,16384,32768,65536"
-DEFAULT_SINK, DEFAULT_WINDOW, DEFAULT_SEGMENT = 300, 200, 2048  # EdgeInfinite §4.1
-DEFAULT_CHUNK = 2048
-DEFAULT_REPEATS = 1
 INFINI_HIDDEN = 32  # width of the memory-gating MLP (its cost is negligible either way)
 METHODS = ("edgeinfinite", "fullkv")  # the two of Fig. 3, KV_METHODS names
 PEAK_GOAL = (65536, 8192, 1.15)  # EdgeInfinite peak at 64K <= 1.15 x its peak at 8K
@@ -372,26 +373,3 @@ def kernel_cases(small: bool) -> list[KernelCase]:
 
 
 KERNEL_CASES.register("segment_attention", kernel_cases)
-
-
-# --- `edge-jax bench long-context` (edge_jax.bench.command is the harness)
-
-
-def add_arguments(group) -> None:
-    group.add_argument("--lengths", default=DEFAULT_LENGTHS, help="comma-separated input lengths")
-    group.add_argument("--sink", type=at_least(0), default=DEFAULT_SINK, help="EdgeInfinite sink tokens")
-    group.add_argument("--window", type=at_least(0), default=DEFAULT_WINDOW,
-                       help="EdgeInfinite window tokens (<= --segment)")
-    group.add_argument("--segment", type=count, default=DEFAULT_SEGMENT, help="EdgeInfinite segment length")
-    group.add_argument("--max-fullkv-length", type=count, default=None, help="skip FullKV above this length "
-                       "(default: run it at every length; its cost is quadratic)")
-    group.add_argument("--plot", default=None, help="write a two-panel PNG (TTFT, peak memory vs length) here")
-
-
-BENCHMARKS.register("long-context", Benchmark(
-    help="EdgeInfinite Fig. 3: TTFT and peak memory vs input length, EdgeInfinite vs FullKV. Also takes "
-         "--d-model, --layers, --heads, --kv-heads, --head-dim, --d-ff, --vocab, --batch, --dtype, --repeats "
-         "(default 1), --chunk (FullKV prefill chunk, default 2048), --json; default shape: d_model 128, 2 layers, "
-         "4/2 heads x 32, d_ff 256, vocab 256",
-    run=run, add_arguments=add_arguments, defaults={"repeats": DEFAULT_REPEATS, "chunk": DEFAULT_CHUNK},
-    writes_json=True))

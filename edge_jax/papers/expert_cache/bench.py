@@ -20,10 +20,7 @@ import time
 
 import numpy as np
 
-from edge_jax.bench import Benchmark
 from edge_jax.errors import ConfigError
-from edge_jax.registry import BENCHMARKS
-from edge_jax.utils.args import count, ratio
 from edge_jax.utils.atomic import write_json_atomic
 
 GOAL_ONLINE, GOAL_OFFLINE = 5e6, 1e6     # accesses per second
@@ -103,19 +100,3 @@ def run(args, overrides) -> str:
 
 def _span(r) -> str:
     return f"({r['min']:,.0f}-{r['max']:,.0f})"
-
-
-def add_arguments(group) -> None:
-    group.add_argument("--accesses", type=count, default=1_000_000, help="accesses to replay (tokens x layers x top-k)")
-    group.add_argument("--vram", type=ratio, default=0.2, help="VRAM capacity, fraction of all experts' bytes")
-    group.add_argument("--ram", type=ratio, default=0.6, help="RAM capacity, fraction of all experts' bytes")
-    group.add_argument("--profile", default="pcie4-nvme", help="device profile preset (pcie4-nvme, phone)")
-    group.add_argument("--reference-accesses", type=count, default=100_000,
-                       help="accesses the reference simulator replays (the trace's first ones)")
-
-
-BENCHMARKS.register("cache-sim", Benchmark(
-    help="accesses per second of every expert-cache policy, compiled and reference, on a synthetic trace. "
-         "Also takes --layers "
-         "(default 4), --experts, --top-k, --repeats (timed compiled replays, default 3), --json",
-    run=run, add_arguments=add_arguments, defaults={"repeats": 3}, writes_json=True))

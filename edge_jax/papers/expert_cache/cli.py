@@ -1,4 +1,6 @@
-"""``edge-jax cache run | synth``: one expert-cache simulation, or a synthetic routing trace file.
+"""The expert cache on the command line: ``edge-jax cache run | synth``, one expert-cache simulation or a
+synthetic routing trace file, and ``edge-jax bench cache-sim`` (its flags; what it measures is
+:mod:`edge_jax.papers.expert_cache.bench`). Imports no JAX (:func:`edge_jax.plugins.load_cli`).
 
     edge-jax cache run --config configs/cache.py:trace=real --workdir W [--config.cache.policy=lru ...]
     edge-jax cache synth --out trace.npz [--tokens N --layers L --experts E --top-k K --seed S]
@@ -11,9 +13,10 @@ from __future__ import annotations
 
 import json
 
+from edge_jax.bench import Benchmark
 from edge_jax.errors import ConfigError
-from edge_jax.registry import COMMANDS
-from edge_jax.utils.args import at_least, count, output_dir, output_file
+from edge_jax.registry import BENCHMARKS, COMMANDS
+from edge_jax.utils.args import at_least, count, output_dir, output_file, ratio
 
 
 @COMMANDS.register("cache")
@@ -64,3 +67,23 @@ def _synth(args, overrides) -> int:
     print(f"wrote {path}: {trace.n_tokens:,} tokens in {len(trace.seq_starts)} sequences, {trace.n_layers} layers "
           f"x top-{trace.top_k} of {trace.n_experts} experts")
     return 0
+
+
+# --- `edge-jax bench cache-sim` (edge_jax.bench.command is the harness)
+
+
+def _bench_arguments(group) -> None:
+    group.add_argument("--accesses", type=count, default=1_000_000, help="accesses to replay (tokens x layers x top-k)")
+    group.add_argument("--vram", type=ratio, default=0.2, help="VRAM capacity, fraction of all experts' bytes")
+    group.add_argument("--ram", type=ratio, default=0.6, help="RAM capacity, fraction of all experts' bytes")
+    group.add_argument("--profile", default="pcie4-nvme", help="device profile preset (pcie4-nvme, phone)")
+    group.add_argument("--reference-accesses", type=count, default=100_000,
+                       help="accesses the reference simulator replays (the trace's first ones)")
+
+
+BENCHMARKS.register("cache-sim", Benchmark(
+    help="accesses per second of every expert-cache policy, compiled and reference, on a synthetic trace. "
+         "Also takes --layers "
+         "(default 4), --experts, --top-k, --repeats (timed compiled replays, default 3), --json",
+    run="edge_jax.papers.expert_cache.bench:run", add_arguments=_bench_arguments, defaults={"repeats": 3},
+    writes_json=True))

@@ -24,7 +24,6 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from edge_jax.bench import Benchmark
 from edge_jax.config import ConfigError
 from edge_jax.infer.decode import decode_tokens, init_cache, prefill
 from edge_jax.models.decoder import DecoderLM, ModelConfig
@@ -32,8 +31,6 @@ from edge_jax.models.inference import inference_form
 from edge_jax.models.presets import MODEL_SIZES
 from edge_jax.papers.meki.host_tables import host_tables
 from edge_jax.papers.meki.params import MEKI_PAPER
-from edge_jax.registry import BENCHMARKS
-from edge_jax.utils.args import count
 from edge_jax.utils.timing import time_interleaved
 
 DEFAULT_SIZE = dict(d_model=512, n_layers=8, n_heads=8, n_kv_heads=4, head_dim=64, d_ff=1536, vocab_size=32_000)
@@ -165,20 +162,3 @@ def run(args, overrides) -> str:
     base, d_mem = bench_config(args)
     r = measure(base, d_mem, args.batch, args.prompt, args.new_tokens, args.repeats)
     return format_report(base, d_mem, r, args.batch, args.prompt, args.new_tokens, args.repeats)
-
-
-# --- `edge-jax bench meki-decode` (edge_jax.bench.command is the harness)
-
-
-def add_arguments(group) -> None:
-    group.add_argument("--d-mem", type=count, default=None, help="MeKi memory width (default 64; with --preset, "
-                       "MeKi Table 5: 128 / 256 / 512 for 0.6B / 1.7B / 4B)")
-    group.add_argument("--prompt", type=count, default=64, help="prompt tokens (prefilled, not timed)")
-    group.add_argument("--new-tokens", type=count, default=128, help="decode steps per timed round")
-
-
-BENCHMARKS.register("meki-decode", Benchmark(
-    help="MeKi Table 1: decode speed of dense, folded MeKi and training-form MeKi. Also takes --preset, "
-         "--d-model, --layers, --heads, --kv-heads, --head-dim, --d-ff, --vocab, --batch, --dtype, --repeats; "
-         "default shape: d_model 512, 8 layers, 8/4 heads x 64, d_ff 1536, vocab 32000, d_mem 64",
-    run=run, add_arguments=add_arguments))

@@ -1,4 +1,6 @@
-"""``edge-jax analyze logit-lens``: per-layer KL of early-exit predictions vs the final output.
+"""MeKi on the command line: ``edge-jax analyze logit-lens``, per-layer KL of early-exit predictions vs the
+final output, and ``edge-jax bench meki-decode`` (its flags; what it measures is :mod:`edge_jax.papers.meki.bench`).
+Imports no JAX (:func:`edge_jax.plugins.load_cli`): the command imports its work when it runs.
 
     edge-jax analyze logit-lens --workdir W_base W_meki --label base --label meki --out DIR
     edge-jax analyze logit-lens --workdir results/meki_main/runs/{baseline,meki}/seed{0,1,2} \\
@@ -8,8 +10,9 @@
 """
 from __future__ import annotations
 
+from edge_jax.bench import Benchmark
 from edge_jax.errors import ConfigError
-from edge_jax.registry import COMMANDS
+from edge_jax.registry import BENCHMARKS, COMMANDS
 from edge_jax.utils.args import count, input_dir, output_dir, trained_workdir
 
 
@@ -65,3 +68,20 @@ def _logit_lens(args, overrides) -> int:
     if out["paths"]:
         print("wrote " + ", ".join(out["paths"].values()))
     return 0
+
+
+# --- `edge-jax bench meki-decode` (edge_jax.bench.command is the harness)
+
+
+def _bench_arguments(group) -> None:
+    group.add_argument("--d-mem", type=count, default=None, help="MeKi memory width (default 64; with --preset, "
+                       "MeKi Table 5: 128 / 256 / 512 for 0.6B / 1.7B / 4B)")
+    group.add_argument("--prompt", type=count, default=64, help="prompt tokens (prefilled, not timed)")
+    group.add_argument("--new-tokens", type=count, default=128, help="decode steps per timed round")
+
+
+BENCHMARKS.register("meki-decode", Benchmark(
+    help="MeKi Table 1: decode speed of dense, folded MeKi and training-form MeKi. Also takes --preset, "
+         "--d-model, --layers, --heads, --kv-heads, --head-dim, --d-ff, --vocab, --batch, --dtype, --repeats; "
+         "default shape: d_model 512, 8 layers, 8/4 heads x 64, d_ff 1536, vocab 32000, d_mem 64",
+    run="edge_jax.papers.meki.bench:run", add_arguments=_bench_arguments))

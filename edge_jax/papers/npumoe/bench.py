@@ -40,7 +40,6 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from edge_jax.bench import Benchmark
 from edge_jax.errors import ConfigError
 from edge_jax.layers.moe import execute
 from edge_jax.layers.moe.plan import (
@@ -51,13 +50,12 @@ from edge_jax.layers.moe.plan import (
     uniform_plan,
 )
 from edge_jax.layers.moe.strategies import OVERFLOW_POLICIES
+from edge_jax.papers.npumoe.cli import MOE_CHUNK
 from edge_jax.papers.npumoe.runtime import LayerRuntime
-from edge_jax.registry import BENCHMARKS
-from edge_jax.utils.args import count, non_negative
 from edge_jax.utils.atomic import write_json_atomic
 from edge_jax.utils.timing import samples_interleaved
 
-DEFAULTS = dict(d_model=128, d_ff=128, chunk=512)  # the tiny NPUMoE model's layer (configs/npumoe.py)
+DEFAULTS = dict(d_model=128, d_ff=128, chunk=MOE_CHUNK)  # the tiny NPUMoE model's layer (configs/npumoe.py)
 CALIBRATION_CHUNKS = 8
 ABLATION = ("base", "+tiers", "+grouping", "+residency")
 GROUPING = ("per_expert", "grouped")
@@ -279,22 +277,3 @@ def run(args, overrides) -> str:
                                       "device": jax.devices()[0].device_kind, **r})
         report += f"\n  wrote {args.json}"
     return report
-
-
-def add_arguments(group) -> None:
-    group.add_argument("--chunks", type=count, default=4, help="prefill chunks per timed round")
-    group.add_argument("--zipf", type=non_negative, default=1.0, help="router skew: expert popularity ~ 1 / rank^zipf")
-    group.add_argument("--group", type=count, default=4, help="experts per grouped call")
-    group.add_argument("--overflow", default="drop", choices=[name for name, _ in OVERFLOW_POLICIES.registered()],
-                       help="moe.overflow of the variants: drop the copies beyond an "
-                       "expert's capacity, or run them in the host CPU fallback call (fallback)")
-    group.add_argument("--capacities", default="", help="also time the Table 5 sweep at these capacities "
-                       "(e.g. 32,64,128), every expert at one capacity, under both overflow policies")
-    group.add_argument("--sweep-groups", default="1,8", help="group sizes of the Table 5 sweep")
-
-
-BENCHMARKS.register("moe", Benchmark(
-    help="NPUMoE Fig. 17 ablation and Table 5 grouping on one synthetic MoE layer. Also takes --d-model "
-         "(default 128), --d-ff (expert width, default 128), --experts, --top-k, --chunk (default 512), "
-         "--repeats, --json",
-    run=run, add_arguments=add_arguments, defaults={"chunk": DEFAULTS["chunk"]}, writes_json=True))

@@ -1,4 +1,6 @@
-"""``edge-jax moe calibrate | trace``: NPUMoE's offline calibration and routing traces of a trained run.
+"""NPUMoE on the command line: ``edge-jax moe calibrate | trace``, the offline calibration and routing traces
+of a trained run, and ``edge-jax bench moe`` (its flags; what it measures is :mod:`edge_jax.papers.npumoe.bench`).
+Imports no JAX (:func:`edge_jax.plugins.load_cli`): the commands import their work when they run.
 
     edge-jax moe calibrate --workdir W [--data NAME] [--second-data NAME] [--batches N] [--config.moe.group=4 ...]
     edge-jax moe trace --workdir W [--data NAME] [--split validation] [--batches N] [--no-probs] --out DIR
@@ -16,12 +18,10 @@ from __future__ import annotations
 import dataclasses
 import os
 
-import ml_collections
-
-from edge_jax.config import apply_overrides, validate
+from edge_jax.bench import Benchmark
 from edge_jax.errors import ConfigError
-from edge_jax.registry import COMMANDS
-from edge_jax.utils.args import at_least, output_dir, trained_workdir
+from edge_jax.registry import BENCHMARKS, COMMANDS
+from edge_jax.utils.args import at_least, count, non_negative, output_dir, trained_workdir
 
 
 @COMMANDS.register("moe")
@@ -52,6 +52,9 @@ def add_parser(sub):
 
 
 def _restore(workdir: str, overrides):
+    import ml_collections
+
+    from edge_jax.config import apply_overrides, validate
     from edge_jax.models import DecoderLM
     from edge_jax.papers.npumoe.run_metrics import dropless_model
     from edge_jax.train.evaluate import restore_latest
@@ -108,3 +111,28 @@ def _trace(args, overrides) -> int:
     print(f"wrote {path}: {trace.n_tokens:,} tokens in {len(trace.seq_starts)} sequences, {trace.n_layers} MoE "
           f"layers x top-{trace.top_k} of {trace.n_experts} experts{'' if trace.probs is not None else ' (no probs)'}")
     return 0
+
+
+# --- `edge-jax bench moe` (edge_jax.bench.command is the harness)
+
+MOE_CHUNK = 512  # --chunk default: the tiny NPUMoE model's prefill chunk (configs/npumoe.py)
+
+
+def _bench_arguments(group) -> None:
+    group.add_argument("--chunks", type=count, default=4, help="prefill chunks per timed round")
+    group.add_argument("--zipf", type=non_negative, default=1.0, help="router skew: expert popularity ~ 1 / rank^zipf")
+    group.add_argument("--group", type=count, default=4, help="experts per grouped call")
+    group.add_argument("--overflow", default="drop", help="moe.overflow of the variants (a name in "
+                       "edge_jax.layers.moe.strategies.OVERFLOW_POLICIES): drop the copies beyond an expert's capacity "
+                       "(drop), or run them in the host CPU fallback call (fallback)")
+    group.add_argument("--capacities", default="", help="also time the Table 5 sweep at these capacities "
+                       "(e.g. 32,64,128), every expert at one capacity, under both overflow policies")
+    group.add_argument("--sweep-groups", default="1,8", help="group sizes of the Table 5 sweep")
+
+
+BENCHMARKS.register("moe", Benchmark(
+    help="NPUMoE Fig. 17 ablation and Table 5 grouping on one synthetic MoE layer. Also takes --d-model "
+         "(default 128), --d-ff (expert width, default 128), --experts, --top-k, --chunk (default 512), "
+         "--repeats, --json",
+    run="edge_jax.papers.npumoe.bench:run", add_arguments=_bench_arguments, defaults={"chunk": MOE_CHUNK},
+    writes_json=True))

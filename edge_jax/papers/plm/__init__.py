@@ -1,6 +1,6 @@
 """PLM: grids, activation sparsity, KV-cache accounting, architecture stats, MLA decode benchmark.
 
-Importing it registers ``train.sparsity_batches`` and its evaluator, ``edge-jax bench mla-decode``,
-``edge-jax analyze kv-cache | sparsity`` and the Table 1 comparison of ``edge-jax params``; MLA and
-the FFN kinds live in :mod:`edge_jax.layers`."""
-from edge_jax.papers.plm import bench, commands, config, evaluators, params  # noqa: F401  (registrations)
+Its registrations (:mod:`.plugin`): ``train.sparsity_batches`` and its evaluator, the Table 1 comparison of
+``edge-jax params`` and the ``mla_decode`` cases of ``edge-jax bench kernels``; ``edge-jax bench mla-decode``
+and ``edge-jax analyze kv-cache | sparsity`` are declared in :mod:`.cli`. MLA and the FFN kinds live in
+:mod:`edge_jax.layers`."""

@@ -38,20 +38,16 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from edge_jax.bench import Benchmark
 from edge_jax.bench.kernels import KERNEL_CASES, KernelCase
 from edge_jax.config import ConfigError
 from edge_jax.infer.decode import decode_tokens, init_cache
 from edge_jax.layers.kernels.mla_decode import mla_decode, mla_decode_xla
+from edge_jax.papers.plm.cli import DEFAULT_CONTEXTS, DEFAULT_STEPS
 from edge_jax.papers.plm.kv_cache import cache_bytes, gqa_twin
-from edge_jax.registry import BENCHMARKS
-from edge_jax.utils.args import count
 from edge_jax.utils.timing import time_interleaved
 
 DEFAULT_SHAPE = dict(vocab_size=4096, d_model=2048, n_layers=2, n_heads=16, head_dim=128, d_ff=2048,
                      d_rope=64, kv_lora_rank=512)
-DEFAULT_CONTEXTS = (1024, 4096, 8192)
-DEFAULT_STEPS = 4
 DEFAULT_REPEATS = 5  # --repeats default
 GOAL = 1.5  # absorbed >= 1.5 x naive at the largest context
 VARIANTS = ("naive", "absorbed", "gqa")
@@ -222,21 +218,3 @@ def kernel_cases(small: bool) -> list[KernelCase]:
 
 
 KERNEL_CASES.register("mla_decode", kernel_cases)
-
-
-# --- `edge-jax bench mla-decode` (edge_jax.bench.command is the harness)
-
-
-def add_arguments(group) -> None:
-    group.add_argument("--d-rope", type=count, default=None, help="MLA RoPE key width (default 64)")
-    group.add_argument("--kv-lora-rank", type=count, default=None, help="MLA latent width d_c (default 512)")
-    group.add_argument("--contexts", default=",".join(map(str, DEFAULT_CONTEXTS)),
-                       help="comma-separated cache fill levels")
-    group.add_argument("--decode-steps", type=count, default=DEFAULT_STEPS, help="decode steps per timed round")
-
-
-BENCHMARKS.register("mla-decode", Benchmark(
-    help="MLA (naive, absorbed) vs its MHA twin. Also takes --d-model, --layers, --heads, --kv-heads (the twin's; "
-         "default --heads), --head-dim, --d-ff, --vocab, --batch, --dtype, --repeats; default shape: d_model 2048, "
-         "2 layers, 16 heads x 128, d_ff 2048, vocab 4096",
-    run=run, add_arguments=add_arguments))

@@ -1,8 +1,11 @@
-"""``edge-jax analyze kv-cache | sparsity``: PLM's KV-cache accounting and activation sparsity."""
+"""PLM on the command line: ``edge-jax analyze kv-cache | sparsity`` (KV-cache accounting, activation
+sparsity) and ``edge-jax bench mla-decode`` (its flags; what it measures is :mod:`edge_jax.papers.plm.bench`).
+Imports no JAX (:func:`edge_jax.plugins.load_cli`): the commands import their work when they run."""
 from __future__ import annotations
 
+from edge_jax.bench import Benchmark
 from edge_jax.errors import ConfigError
-from edge_jax.registry import COMMANDS
+from edge_jax.registry import BENCHMARKS, COMMANDS
 from edge_jax.utils.args import at_least, count, non_negative, output_dir, trained_workdir
 from edge_jax.utils.workdirs import add_workdir_arguments
 
@@ -66,3 +69,24 @@ def _sparsity(args, overrides) -> int:
               f"executed_fraction={r['executed_fraction']:.4f}")
     print("wrote " + ", ".join(str(p) for p in out["paths"]))
     return 0
+
+
+# --- `edge-jax bench mla-decode` (edge_jax.bench.command is the harness)
+
+DEFAULT_CONTEXTS = (1024, 4096, 8192)
+DEFAULT_STEPS = 4
+
+
+def _bench_arguments(group) -> None:
+    group.add_argument("--d-rope", type=count, default=None, help="MLA RoPE key width (default 64)")
+    group.add_argument("--kv-lora-rank", type=count, default=None, help="MLA latent width d_c (default 512)")
+    group.add_argument("--contexts", default=",".join(map(str, DEFAULT_CONTEXTS)),
+                       help="comma-separated cache fill levels")
+    group.add_argument("--decode-steps", type=count, default=DEFAULT_STEPS, help="decode steps per timed round")
+
+
+BENCHMARKS.register("mla-decode", Benchmark(
+    help="MLA (naive, absorbed) vs its MHA twin. Also takes --d-model, --layers, --heads, --kv-heads (the twin's; "
+         "default --heads), --head-dim, --d-ff, --vocab, --batch, --dtype, --repeats; default shape: d_model 2048, "
+         "2 layers, 16 heads x 128, d_ff 2048, vocab 4096",
+    run="edge_jax.papers.plm.bench:run", add_arguments=_bench_arguments))

@@ -1,0 +1,2 @@
+"""Importing this module registers everything EdgeInfinite adds (:func:`edge_jax.plugins.load`)."""
+from edge_jax.papers.edgeinfinite import bench, cli, config, inference  # noqa: F401  (registrations)
