@@ -71,15 +71,37 @@ def _int(name: str, value) -> int | None:
 
 
 def tpu_chips() -> int:
-    """TPU chips on this machine's PCI bus (what JAX's own Cloud TPU check counts), without starting JAX."""
-    from jax._src import hardware_utils
-    return hardware_utils.num_available_tpu_chips_and_device_id()[0]
+    """TPU chips on this machine's PCI bus (what JAX's own Cloud TPU check counts), without importing JAX."""
+    return _hardware_utils().num_available_tpu_chips_and_device_id()[0]
 
 
 def nvidia_gpus() -> bool:
-    """Whether this machine shows NVIDIA GPU devices (JAX's own check), without starting JAX."""
-    from jax._src import hardware_utils
-    return hardware_utils.has_visible_nvidia_gpu()
+    """Whether this machine shows NVIDIA GPU devices (JAX's own check), without importing JAX."""
+    return _hardware_utils().has_visible_nvidia_gpu()
+
+
+_HARDWARE_UTILS = "jax._src.hardware_utils"
+
+
+def _hardware_utils():
+    """JAX's device checks (``jax._src.hardware_utils``, which imports only the standard library), loaded
+    from its file without importing the ``jax`` package: that import takes seconds and hundreds of MB, which
+    ``edge-jax launch`` and ``summary`` never need. Where the file is not found, the ordinary import."""
+    if _HARDWARE_UTILS in sys.modules:
+        return sys.modules[_HARDWARE_UTILS]
+    standalone = f"edge_jax._{_HARDWARE_UTILS.replace('.', '_')}"
+    if standalone in sys.modules:
+        return sys.modules[standalone]
+    jax_spec = importlib.util.find_spec("jax")
+    locations = list(jax_spec.submodule_search_locations or []) if jax_spec else []
+    files = [f for f in (os.path.join(d, "_src", "hardware_utils.py") for d in locations) if os.path.isfile(f)]
+    if not files:
+        return importlib.import_module(_HARDWARE_UTILS)
+    spec = importlib.util.spec_from_file_location(standalone, files[0])
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    sys.modules[standalone] = module
+    return module
 
 
 def detect_cluster(env=os.environ) -> tuple[str, int | None] | None:

@@ -8,7 +8,8 @@ smallest difference the seeds could detect and the seeds each within-noise pair 
 (:mod:`edge_jax.grid.power`), Kendall's tau, and every
 ordering the paper claims that our seeds significantly contradict (a ``disagree`` verdict), written as
 the paper's claim, ``paper says a > b`` (ours: b above a), with the reason written in the ablation file
-(``explanations``). The README's summary table is this command's output.
+(``explanations``). The README's summary table is this command's output (stdout); a line per ablation
+file goes to stderr as it is read.
 """
 from __future__ import annotations
 
@@ -16,7 +17,9 @@ import argparse
 import collections
 import dataclasses
 import statistics
+import sys
 from pathlib import Path
+from typing import Callable
 
 from edge_jax.grid import runner, spec, tables, verdicts
 from edge_jax.grid.command import default_out
@@ -31,17 +34,22 @@ class Row:
     out: str = ""                # the grid's output directory, where its table.md is
 
 
-def summarize(ablations: str | Path, results: str | Path, preset: str = "tiny") -> list[Row]:
-    """A row per ablation file under ``ablations`` (sorted by name)."""
+def summarize(ablations: str | Path, results: str | Path, preset: str = "tiny",
+              log: Callable[[str], None] | None = None) -> list[Row]:
+    """A row per ablation file under ``ablations`` (sorted by name); ``log`` gets a line per file as it is
+    read, and the warnings about unreadable records."""
     rows = []
-    for path in sorted(Path(ablations).glob("*.py")):
+    paths = sorted(Path(ablations).glob("*.py"))
+    for i, path in enumerate(paths, 1):
+        if log:
+            log(f"grid {i}/{len(paths)}: {path}")
         try:
             grid = spec.load_grid(path, preset)
         except spec.GridSpecError as e:
             rows.append(Row(path.stem, str(path), problem=f"not loadable at preset {preset}: {e}"))
             continue
         out = Path(results) / default_out(grid).name
-        records = runner.load_records(out)
+        records = runner.load_records(out, log)
         if not records:
             rows.append(Row(grid.name, str(path), problem="no records yet"))
             continue
@@ -122,5 +130,10 @@ def run(args: argparse.Namespace) -> int:
     if not Path(args.ablations).is_dir():
         print(f"error: no ablations directory {args.ablations}; pass --ablations DIR")
         return 2
-    print(markdown(summarize(args.ablations, args.results, args.preset)), end="")
+    print(markdown(summarize(args.ablations, args.results, args.preset, log=_progress)), end="")
     return 0
+
+
+def _progress(line: str) -> None:
+    """Progress on stderr, so that stdout stays the table."""
+    print(f"edge-jax summary: {line}", file=sys.stderr, flush=True)

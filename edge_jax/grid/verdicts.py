@@ -78,11 +78,10 @@ def paired_t(diffs: Sequence[float], alpha: float = ALPHA) -> PairTest:
         p = 1.0 if mean == 0.0 else 0.0
         ci = (mean, mean)
     else:
-        from scipy import stats
         se = sd / math.sqrt(n)
         t = mean / se
-        p = float(2.0 * stats.t.sf(abs(t), n - 1))
-        half = float(stats.t.ppf(1.0 - alpha / 2.0, n - 1)) * se
+        p = 2.0 * power.t_sf(abs(t), n - 1)
+        half = power.t_quantile(1.0 - alpha / 2.0, n - 1) * se
         ci = (mean - half, mean + half)
     if p < alpha:
         verdict = "agree" if mean > 0 else "disagree"

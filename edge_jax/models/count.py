@@ -5,6 +5,7 @@ registered in :data:`PARAM_COMPARISONS` (a paper registers one beside the counts
 its own package)."""
 from __future__ import annotations
 
+import functools
 from functools import partial
 from typing import Callable, Mapping
 
@@ -52,16 +53,21 @@ def param_breakdown(model_cfg: ModelConfig) -> dict:
     return out
 
 
+@functools.lru_cache(maxsize=None)
+def _non_embedding(model_cfg: ModelConfig) -> int:
+    """``param_breakdown(model_cfg)["non_embedding"]`` from the training form alone, traced once per config
+    in a process (ablation files call :func:`matched_d_ff` with the same reference model for every twin)."""
+    return sum(n for path, n, _ in param_sizes(model_cfg) if not path.startswith(("['embed']", "['lm_head']")))
+
+
 def matched_d_ff(model: Mapping, changes: Mapping, multiple: int = 8) -> int:
     """The ``d_ff`` that gives ``model`` with ``changes`` (another attention or FFN kind) the same
     non-embedding parameter count as ``model``, rounded to a multiple of ``multiple``."""
-    def config(values):
-        return ModelConfig.from_config({**dict(values), "vocab_size": 256})
-    ref = config(model)
-    twin = config({**dict(model), **dict(changes), "d_ff": multiple})
-    per_unit = param_breakdown(config({**dict(model), **dict(changes), "d_ff": 2 * multiple}))["non_embedding"]
-    per_unit = (per_unit - param_breakdown(twin)["non_embedding"]) / multiple
-    missing = param_breakdown(ref)["non_embedding"] - param_breakdown(twin)["non_embedding"]
+    def count(values):
+        return _non_embedding(ModelConfig.from_config({**dict(values), "vocab_size": 256}))
+    twin = count({**dict(model), **dict(changes), "d_ff": multiple})
+    per_unit = (count({**dict(model), **dict(changes), "d_ff": 2 * multiple}) - twin) / multiple
+    missing = count(model) - twin
     return max(multiple, multiple * round((missing / per_unit + multiple) / multiple))
 
 

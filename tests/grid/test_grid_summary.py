@@ -43,7 +43,11 @@ def test_summary_counts_verdicts_and_prints_reasons(tmp_path, capsys):
     # toy_c: one seed only, so no pair has two paired seeds
     write_records(results / "toy_c", {("a", 0): 1.0, ("b", 0): 2.0, ("c", 0): 3.0})
     assert main(["summary", "--ablations", str(ablations), "--results", str(results)]) == 0
-    out = capsys.readouterr().out.splitlines()
+    captured = capsys.readouterr()
+    out = captured.out.splitlines()
+    progress = [line for line in captured.err.splitlines() if line.startswith("edge-jax summary: ")]
+    assert progress == [f"edge-jax summary: grid {i}/3: {ablations / name}.py"
+                        for i, name in enumerate(("toy_a", "toy_b", "toy_c"), 1)]
     assert out[0] == ("| grid | cells | seeds | commit | agree | disagree | within noise | min. detectable Δ "
                       "| seeds the within-noise pairs need | Kendall τ | paper's orderings our seeds contradict "
                       "(α = 0.05) |")
