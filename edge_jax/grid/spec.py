@@ -46,6 +46,7 @@ from numbers import Real
 from pathlib import Path
 from typing import Any
 
+from edge_jax import plugins
 from edge_jax.errors import UserError, one_line, unknown
 from edge_jax.grid.stages import check_stages
 
@@ -112,9 +113,31 @@ class Grid:
         return {**self.base_overrides, **self.cells[cell], "seed": seed, **(extra or {})}
 
 
+# Every registry is an edge_jax.registry.Registry: code that can read one has imported this module.
+REGISTRY_MODULE = "edge_jax.registry"
+
+
 def load_grid(path: str | Path, preset: str = "tiny") -> Grid:
     """Import the ablation file at `path`, check `preset` against its presets (:func:`presets_of`), call
-    get_grid(preset), validate it."""
+    get_grid(preset), validate it. A grid's cells may be built from the registries (one per registered KV
+    method, ...), so a grid built while any registry module is imported is built with every registry full
+    (:func:`edge_jax.plugins.load`, then once more where the first build came before it); one that touches
+    no registry (a toy grid) loads no plugin, and so no JAX."""
+    if plugins.loaded():
+        return _load_grid(path, preset)
+    try:
+        grid = _load_grid(path, preset)
+    except GridSpecError:
+        if REGISTRY_MODULE not in sys.modules:
+            raise
+        grid = None             # perhaps a name not registered yet: the build below says
+    if REGISTRY_MODULE in sys.modules:
+        plugins.load()
+        grid = _load_grid(path, preset)
+    return grid
+
+
+def _load_grid(path: str | Path, preset: str) -> Grid:
     path = Path(path)
     _check_file(path)
     module_name = f"_edge_jax_ablation_{re.sub(r'[^0-9A-Za-z_]', '_', path.stem)}"

@@ -1,5 +1,8 @@
 """edge_jax.grid.spec: loading ablation files and one-line validation errors."""
 import copy
+import json
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -146,3 +149,33 @@ def test_zero_shot_sets_the_eval_key_and_adds_the_column():
     assert "'zero_shot' must be a string" in error_of(grid_with(zero_shot=["builtin"]))
     both = grid_with(zero_shot="builtin", base_overrides={"eval.zero_shot": "meki10"})
     assert "sets both 'zero_shot' and base_overrides['eval.zero_shot']" in error_of(both)
+
+
+REGISTRY_GRID = '''
+def get_grid(preset):
+    from edge_jax.infer.kv_baselines import KV_METHODS   # the core's methods; a paper's come with the plugins
+    return {"name": "kv", "title": "T", "base": "b.py", "base_overrides": {}, "metric": "m",
+            "lower_is_better": True, "extra_metrics": [], "notes": "", "cells": {n: {} for n in KV_METHODS.names()},
+            "paper": {"metric": "m", "values": {}, "higher_is_better": True, "source": "s"}}
+'''
+
+# In a fresh process (no plugin loaded): the registry as the ablation file first sees it, the grid's cells,
+# the registry once every plugin has registered, and whether JAX was imported.
+PROBE = '''
+import json, sys
+from edge_jax.grid import spec
+from edge_jax.infer.kv_baselines import KV_METHODS
+before = list(KV_METHODS.names())
+cells = list(spec.load_grid(sys.argv[1]).cells)
+print(json.dumps([before, cells, list(KV_METHODS.names())]))
+'''
+
+
+def test_a_grid_built_from_a_registry_sees_every_registration(tmp_path):
+    (tmp_path / "kv.py").write_text(REGISTRY_GRID)
+    done = subprocess.run([sys.executable, "-c", PROBE, str(tmp_path / "kv.py")], capture_output=True, text=True,
+                          timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    before, cells, full = json.loads(done.stdout.strip().splitlines()[-1])
+    assert len(before) < len(full)   # a paper registers a method of its own
+    assert cells == full
