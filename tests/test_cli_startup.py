@@ -3,6 +3,7 @@ error, import neither JAX nor TFDS nor torch (nor TensorFlow). Each is checked i
 reports the modules it imported; the time of ``edge-jax --help`` is measured and printed, not asserted (a
 loaded machine would make a bound flaky; the bound is the import list)."""
 import json
+import os
 import subprocess
 import sys
 import time
@@ -44,7 +45,10 @@ print(json.dumps(list(walk(build_parser(), []))))
 
 
 def _python(*args) -> str:
-    done = subprocess.run([sys.executable, *args], capture_output=True, text=True, timeout=300)
+    """Run ``python *args`` as a user's shell would (no ``JAX_PLATFORMS``: conftest's setting would skip the
+    CLI's platform check, which must not import JAX either); its last line of output."""
+    env = {k: v for k, v in os.environ.items() if k != "JAX_PLATFORMS"}
+    done = subprocess.run([sys.executable, *args], capture_output=True, text=True, timeout=300, env=env)
     assert done.returncode == 0, done.stderr[-2000:]
     return done.stdout.strip().splitlines()[-1]
 
