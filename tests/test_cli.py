@@ -1,5 +1,8 @@
+import importlib
 import subprocess
 import sys
+
+import pytest
 
 from edge_jax.cli import main
 
@@ -87,3 +90,14 @@ def test_bench_harness_reads_the_registry():
     repeats = next(a for a in parser._actions if a.dest == "repeats")
     assert repeats.help == ("timed rounds (median reported; default 5, cache-sim 3, data 1, eval 3, import 1, "
                             "kernels 20, long-context 1)")
+
+
+def test_every_benchmark_names_a_function_that_runs_it():
+    """A benchmark's declaration names its run ``"module:function"`` (imported when it runs): each names one."""
+    from edge_jax.bench import Benchmark
+    from edge_jax.registry import BENCHMARKS
+    for name, bench in BENCHMARKS.items():
+        module, _, function = bench.run.partition(":")
+        assert callable(getattr(importlib.import_module(module), function, None)), (name, bench.run)
+    with pytest.raises(ValueError, match="write 'module:function'"):
+        Benchmark("help", "edge_jax.bench.train_step.run")
