@@ -1,4 +1,4 @@
-"""``edge-jax`` command line: train | eval | grid | bench | data | hf | summary | params | launch | compile | moe | cache | analyze.
+"""``edge-jax``: train | eval | params | grid | bench | compile | data | hf | summary | launch | moe | cache | analyze.
 
 Config options follow big_vision: ``--config configs/lm.py:size=tiny --config.train.steps=200``.
 Errors a user can fix (:class:`edge_jax.errors.UserError`) are printed as one line

@@ -37,7 +37,8 @@ class Benchmark:
     def __post_init__(self):
         module, colon, function = self.run.partition(":")
         if not colon or not module.startswith("edge_jax.") or not function.isidentifier():
-            raise ValueError(f"Benchmark run {self.run!r}: write 'module:function', e.g. 'edge_jax.bench.train_step:run'")
+            raise ValueError(f"Benchmark run {self.run!r}: write 'module:function', "
+                             "e.g. 'edge_jax.bench.train_step:run'")
 
     def __call__(self, args, overrides) -> str:
         """Import the measuring module and run it: the report to print."""
