@@ -89,7 +89,7 @@ def test_bench_harness_reads_the_registry():
         assert set(bench.defaults) <= {"repeats", "chunk"}
     repeats = next(a for a in parser._actions if a.dest == "repeats")
     assert repeats.help == ("timed rounds (median reported; default 5, cache-sim 3, data 1, eval 3, import 1, "
-                            "kernels 20, long-context 1)")
+                            "kernels 20, long-context 1, train-loop 3)")
 
 
 def test_every_benchmark_names_a_function_that_runs_it():

@@ -139,3 +139,20 @@ def _train_step_arguments(group) -> None:
 BENCHMARKS.register("train-step", Benchmark(
     help="our jitted train step against a minimal hand-written JAX step (ratio = minimal time / ours); "
          "also takes --repeats", run="edge_jax.bench.train_step:run", add_arguments=_train_step_arguments))
+
+
+TRAIN_LOOP_CASES = ("compute", "dispatch")  # train-loop: its cases (--case)
+
+
+def _train_loop_arguments(group) -> None:
+    # --config and --steps (training steps a round) are train-step's flags, read here too
+    group.add_argument("--log-every", type=count, default=10, help="train.log_every of the loop")
+    group.add_argument("--case", default="both", choices=(*TRAIN_LOOP_CASES, "both"), help="which case to time")
+
+
+BENCHMARKS.register("train-loop", Benchmark(
+    help="the whole training loop (input, logging, checkpoint and eval checks, preemption watch) against the same "
+         "compiled step dispatched back to back over the same batches, for the --config model (compute-bound) and "
+         "a step of about a millisecond (dispatch-bound); ratio = minimal / loop, goal >= 0.95 (also reads --config, "
+         "--steps, --repeats)", run="edge_jax.bench.train_loop:run", add_arguments=_train_loop_arguments,
+    defaults={"repeats": 3}))

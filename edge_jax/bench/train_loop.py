@@ -1,0 +1,105 @@
+"""``edge-jax bench train-loop``: the whole training loop against a minimal loop over the same batches
+and the same step.
+
+``loop`` is :func:`edge_jax.train.loop.train_and_evaluate` into a new workdir: the input pipeline, the
+feed onto the devices, logging (metrics.jsonl, TensorBoard, the progress bar), the checkpoint and
+evaluation checks, the preemption watch; its seconds per step at steady state are the loop's own
+(``step_time_s``: from the first step's dispatch to the end of the last, evaluations and checkpoint
+saves left out). ``minimal`` is the same compiled step (:func:`edge_jax.train.step.make_train_step`,
+the same shardings and donation) dispatched back to back over the same batches, already on the
+devices, timed the same way. Ratio = minimal / loop (goal >= 0.95: the loop costs the devices at most
+5 %).
+
+Two cases: ``compute``, the config given (the tiny preset: a step the devices take long over) and
+``dispatch``, the same config shrunk to a step of about a millisecond on this machine's CPU, where
+any host work between steps shows. Rounds alternate loop and minimal; medians and spreads printed.
+"""
+from __future__ import annotations
+
+import statistics
+import tempfile
+import time
+
+import jax
+
+from edge_jax.bench.catalog import TRAIN_LOOP_CASES as CASES
+from edge_jax.config import load_config
+from edge_jax.data import make_train_iter
+from edge_jax.models.inputs import with_host_inputs
+from edge_jax.sharding import batch_sharding, on_mesh, process_block, to_global
+from edge_jax.train.setup import build
+from edge_jax.train.state import create_train_state
+from edge_jax.train.step import make_train_step
+
+# A step of about a millisecond on one CPU core: one narrow layer, short rows.
+DISPATCH_BOUND = {"model.d_model": 32, "model.n_layers": 1, "model.n_heads": 2, "model.n_kv_heads": 1,
+                  "model.head_dim": 16, "model.d_ff": 64, "data.seq_len": 16, "data.batch_size": 4}
+
+
+def case_config(args, overrides: list, case: str):
+    """The config of ``case``: ``--config`` with the overrides; ``dispatch`` shrinks the model and batch."""
+    extra = {"train.steps": args.steps, "train.log_every": args.log_every, "train.eval_every": args.steps,
+             "train.ckpt_every": args.steps, "train.eval_batches": 1, "train.warmup_steps": 1}
+    if case == "dispatch":
+        extra.update(DISPATCH_BOUND)
+    return load_config(args.config, [*overrides, *(f"{k}={v}" for k, v in extra.items())])
+
+
+def loop_seconds(config) -> float:
+    """The whole loop's seconds per step at steady state (a new workdir each call)."""
+    from edge_jax.train.loop import train_and_evaluate
+    with tempfile.TemporaryDirectory(prefix="edge-jax-bench-loop-") as workdir:
+        return train_and_evaluate(config, workdir)["step_time_s"]
+
+
+class Minimal:
+    """The same step over the same batches, on the devices before the clock starts, back to back."""
+
+    def __init__(self, config):
+        run = build(config)
+        cfg = run.config
+        sharding = batch_sharding(run.mesh)
+        data = make_train_iter(cfg.data, run.tokenizer, cfg.seed, *process_block(sharding, cfg.data.batch_size))
+        try:
+            self.batches = [to_global(with_host_inputs(run.model.cfg, next(data)), sharding)
+                            for _ in range(cfg.train.steps)]
+        finally:
+            data.close()
+        self.state, shardings = create_train_state(run.model, run.tx, run.mesh, cfg.seed)
+        step = jax.jit(make_train_step(cfg.train.grad_accum, run.schedule, cfg.train.loss_chunk), donate_argnums=0,
+                       in_shardings=(shardings, sharding), out_shardings=(shardings, None))
+        self.step = on_mesh(run.mesh, step.lower)(self.state, self.batches[0]).compile()
+
+    def seconds(self) -> float:
+        state, metrics = self.step(self.state, self.batches[0])
+        t0 = time.perf_counter()
+        for batch in self.batches[1:]:
+            state, metrics = self.step(state, batch)
+        jax.block_until_ready(metrics)
+        self.state = state
+        return (time.perf_counter() - t0) / (len(self.batches) - 1)
+
+
+def run(args, overrides) -> str:
+    cases = CASES if args.case == "both" else (args.case,)
+    lines = [f"train-loop benchmark: {args.config} ({jax.device_count()} {jax.devices()[0].platform} device(s), "
+             f"{args.steps} steps a round, log every {args.log_every}, {args.repeats} rounds alternating, "
+             "median [min-max])"]
+    for case in cases:
+        config = case_config(args, overrides, case)
+        minimal, samples = Minimal(config), {"loop": [], "minimal": []}
+        loop_seconds(config)  # the data prepared and every cache warm before the first timed round
+        minimal.seconds()
+        for _ in range(args.repeats):
+            samples["loop"].append(loop_seconds(config))
+            samples["minimal"].append(minimal.seconds())
+        d, m = config.data, config.model
+        lines.append(f"  {case}: d_model {m.d_model} x {m.n_layers} layers, batch {d.batch_size} x seq {d.seq_len}")
+        for name, secs in samples.items():
+            lines.append(f"    {name:>8}: {statistics.median(secs) * 1e3:8.3f} ms/step "
+                         f"[{min(secs) * 1e3:.3f}-{max(secs) * 1e3:.3f}]")
+        ratios = [b / a for a, b in zip(samples["loop"], samples["minimal"])]
+        ratio = statistics.median(ratios)
+        lines.append(f"    ratio minimal/loop = {ratio:.3f} [{min(ratios):.3f}-{max(ratios):.3f}] "
+                     f"(goal >= 0.95: {'met' if ratio >= 0.95 else 'NOT met'})")
+    return "\n".join(lines)
