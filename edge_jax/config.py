@@ -79,6 +79,8 @@ class TrainKeys:
     ckpt_every: int = 50
     keep_ckpts: int = 3
     qa_questions: int = 0  # after training, exact match on this many questions (-1: all; needs facts/longctx)
+    profile_start: int = 5  # the first step a profiler trace covers (steps count from 1; train/telemetry.py)
+    profile_steps: int = 0  # > 0: trace this many steps into <workdir>/profile (0: no trace)
     trainable: str = ".*"
     lr_multipliers: tuple = ()
 
@@ -322,6 +324,12 @@ def validate(c: ml_collections.ConfigDict) -> None:
         raise ConfigError(f"data.batch_size={d.batch_size} is not divisible by train.grad_accum={t.grad_accum}")
     if t.loss_chunk < 0 or (t.loss_chunk and d.seq_len % t.loss_chunk):
         raise ConfigError(f"train.loss_chunk={t.loss_chunk} must be 0 (off) or divide data.seq_len={d.seq_len}")
+    if t.profile_start < 1 or t.profile_steps < 0:
+        raise ConfigError(f"train.profile_start={t.profile_start} must be >= 1 (steps count from 1) and "
+                          f"train.profile_steps={t.profile_steps} >= 0 (0: no profile)")
+    if t.profile_steps and t.steps and t.profile_start > t.steps:
+        raise ConfigError(f"train.profile_start={t.profile_start} is past train.steps={t.steps}, so no step would "
+                          f"be profiled; set train.profile_start <= {t.steps} (or train.profile_steps=0)")
     if not 0 <= t.min_lr <= t.lr:
         raise ConfigError(f"train.min_lr={t.min_lr} must lie in [0, train.lr={t.lr}]")
     if t.steps and t.warmup_steps >= t.steps and t.schedule != "constant":

@@ -27,13 +27,14 @@ from edge_jax.compile.loops import Cost, cost_of
 from edge_jax.config import MESH_AXES, ConfigError
 from edge_jax.layers.kernels import backend
 from edge_jax.models import DecoderLM
-from edge_jax.models.count import ROM_AXES, param_sizes
 from edge_jax.models.inputs import host_shapes
 from edge_jax.sharding import batch_sharding, check_divisible, check_model_divisible, make_mesh, on_mesh, replicated
+from edge_jax.train.flops import model_flops
 from edge_jax.train.optim import make_optimizer
 from edge_jax.train.setup import model_config
 from edge_jax.train.state import abstract_train_state
 from edge_jax.train.step import make_train_step
+from edge_jax.train.telemetry import memory_bytes
 
 
 @dataclasses.dataclass
@@ -87,36 +88,21 @@ def _per_device_bytes(tree) -> int:
     return total
 
 
-def model_flops(cfg, tokens: int, seq: int, train: bool = True) -> float:
-    """Model FLOPs of a step (PaLM's count, all devices together): ``6 N`` per token over the
-    matmul params N (embedding only when tied, MoE experts at top_k / experts, token-indexed memory
-    tables excluded: they are looked up, not multiplied), plus ``12 L H K T`` per token for
-    attention scores and values (non-causal count). Forward only: a third of it."""
-    n = 0.0
-    for _, size, names in param_sizes(cfg):
-        names = tuple(x for x in names if x != "layers")  # a scanned stack's leading axis
-        if len(names) < 2 or names in ROM_AXES or (names == ("vocab", "embed") and not cfg.tie_embeddings):
-            continue
-        n += size * cfg.moe_top_k / cfg.moe_experts if "expert" in names else size
-    per_token = 6 * n + 12 * cfg.n_layers * cfg.n_heads * cfg.head_dim * seq
-    return per_token * tokens / (1 if train else 3)
-
-
 def _stats(step, lowered_fn, mesh, config, tokens, seq, batch, state_abs, params_abs, cfg, train=True,
            uncounted=lambda counted: Cost()):
     start = time.perf_counter()
     compiled = lowered_fn()
     seconds = time.perf_counter() - start
-    mem = compiled.memory_analysis()
+    mem = memory_bytes(compiled)
+    if mem is None:
+        raise RuntimeError(f"the compiler gives no memory analysis of the {step} step on this backend")
+    mem.pop("total_bytes")  # CompileStats.total_bytes adds them up
     counted = cost_of(compiled)
     added = uncounted(counted)
     return CompileStats(step=step, mesh=dict(mesh.shape), batch=batch, seq=seq,
                         grad_accum=int(config.train.grad_accum), remat=str(config.model.get("remat", "none")),
                         state_bytes=_per_device_bytes(state_abs), param_bytes=_per_device_bytes(params_abs),
-                        argument_bytes=int(mem.argument_size_in_bytes), output_bytes=int(mem.output_size_in_bytes),
-                        alias_bytes=int(mem.alias_size_in_bytes), temp_bytes=int(mem.temp_size_in_bytes),
-                        code_bytes=int(mem.generated_code_size_in_bytes), flops=counted.flops + added.flops,
-                        bytes_accessed=counted.bytes + added.bytes,
+                        **mem, flops=counted.flops + added.flops, bytes_accessed=counted.bytes + added.bytes,
                         model_flops=model_flops(cfg, tokens, seq, train), tokens=tokens, compile_s=seconds,
                         loop_flops=added.flops)
 

@@ -7,7 +7,8 @@ shape (``v5p:4x4x4``), ``cpu:N`` (N simulated host devices; needs
 JAX itself) or ``local`` (``jax.devices()``: the GPU or TPU this process sees).
 
 Chip figures per chip, from the Cloud TPU system-architecture pages (cloud.google.com/tpu/docs/v4,
-/v5e, /v5p, /v6e; read 2026-11): peak dense bf16 FLOP/s, HBM capacity and HBM bandwidth. A
+/v5e, /v5p, /v6e; read 2026-11): HBM capacity and HBM bandwidth here, peak dense bf16 FLOP/s from
+:data:`edge_jax.train.flops.PEAKS` (by device kind: training's MFU reads the same figures). A
 "core" in the accelerator type is a TensorCore: v4 and v5p chips have two (fused into one
 megacore device, as JAX sees them), v5e and v6e one.
 """
@@ -19,6 +20,7 @@ import os
 import re
 
 from edge_jax.errors import ConfigError, one_line, unknown
+from edge_jax.train.flops import peak_flops
 from edge_jax.utils.extras import require
 
 GiB = 1024 ** 3
@@ -36,10 +38,10 @@ class Chip:
 
 
 CHIPS = {
-    "v4": Chip("TPU v4", 32 * GiB, 275e12, 1200e9, 2, 3),
-    "v5e": Chip("TPU v5e", 16 * GiB, 197e12, 819e9, 1, 2),
-    "v5p": Chip("TPU v5p", 95 * GiB, 459e12, 2765e9, 2, 3),
-    "v6e": Chip("TPU v6e", 32 * GiB, 918e12, 1640e9, 1, 2),
+    "v4": Chip("TPU v4", 32 * GiB, peak_flops("TPU v4"), 1200e9, 2, 3),
+    "v5e": Chip("TPU v5e", 16 * GiB, peak_flops("TPU v5e"), 819e9, 1, 2),
+    "v5p": Chip("TPU v5p", 95 * GiB, peak_flops("TPU v5p"), 2765e9, 2, 3),
+    "v6e": Chip("TPU v6e", 32 * GiB, peak_flops("TPU v6e"), 1640e9, 1, 2),
 }
 # Slice shapes by chip count (the single-slice shapes of the Cloud TPU pages).
 SHAPES_2D = {1: "1x1", 4: "2x2", 8: "2x4", 16: "4x4", 32: "4x8", 64: "8x8", 128: "8x16", 256: "16x16"}

@@ -6,10 +6,11 @@ builds a deviceless topology from a ``GpuTargetConfigProto`` text, and ``jit(...
 for its devices runs the real GPU compiler (ptxas included), so a step that does not fit the card's
 memory, or a Triton kernel whose blocks do not fit its registers or shared memory, fails here.
 
-The card facts (SMs, shared memory, registers, L2, clock, memory, bandwidth, dense bf16 FLOP/s) are
-from NVIDIA's data sheets and CUDA's device query for each card (H100 SXM5 80 GB, H200 SXM 141 GB,
-A100 SXM4 80 GB; read 2026-11). Memory is what ``nvidia-smi`` reports as ``memory.total``; JAX
-preallocates 75 % of it unless ``XLA_PYTHON_CLIENT_MEM_FRACTION`` says otherwise (docs/compile.md).
+The card facts (SMs, shared memory, registers, L2, clock, memory, bandwidth; the dense bf16 FLOP/s
+from :data:`edge_jax.train.flops.PEAKS`, by device kind) are from NVIDIA's data sheets and CUDA's
+device query for each card (H100 SXM5 80 GB, H200 SXM 141 GB, A100 SXM4 80 GB; read 2026-11).
+Memory is what ``nvidia-smi`` reports as ``memory.total``; JAX preallocates 75 % of it unless
+``XLA_PYTHON_CLIENT_MEM_FRACTION`` says otherwise (docs/compile.md).
 XLA's GPU compiler gives no cost analysis, so a GPU row has no compiled FLOP count: its roofline is
 on the model's FLOPs, a lower bound on the step time (edge_jax.compile.report).
 """
@@ -23,6 +24,7 @@ import re
 import sys
 import types
 
+from edge_jax.train.flops import peak_flops
 from edge_jax.utils.extras import installed, require
 
 MiB = 2 ** 20
@@ -44,12 +46,12 @@ class Card:
 
 
 CARDS = {
-    "h100": Card("NVIDIA H100 80GB HBM3", 81559 * MiB, 3.35e12, 989.4e12, 132, (9, 0), 228 * 1024, 227 * 1024,
+    "h100": Card("NVIDIA H100 80GB HBM3", 81559 * MiB, 3.35e12, peak_flops("NVIDIA H100 80GB HBM3"), 132, (9, 0),
+                 228 * 1024, 227 * 1024, 50 * MiB, 1.98, 128),
+    "h200": Card("NVIDIA H200", 143771 * MiB, 4.8e12, peak_flops("NVIDIA H200"), 132, (9, 0), 228 * 1024, 227 * 1024,
                  50 * MiB, 1.98, 128),
-    "h200": Card("NVIDIA H200", 143771 * MiB, 4.8e12, 989.4e12, 132, (9, 0), 228 * 1024, 227 * 1024,
-                 50 * MiB, 1.98, 128),
-    "a100": Card("NVIDIA A100-SXM4-80GB", 81920 * MiB, 2.039e12, 312e12, 108, (8, 0), 164 * 1024, 163 * 1024,
-                 40 * MiB, 1.41, 64),
+    "a100": Card("NVIDIA A100-SXM4-80GB", 81920 * MiB, 2.039e12, peak_flops("NVIDIA A100-SXM4-80GB"), 108, (8, 0),
+                 164 * 1024, 163 * 1024, 40 * MiB, 1.41, 64),
 }
 
 
