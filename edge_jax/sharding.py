@@ -303,8 +303,12 @@ def replicated(mesh: Mesh) -> NamedSharding:
 
 
 def to_global(batch: dict, sharding) -> dict:
-    """Process-local numpy batch -> global jax arrays laid out on the mesh."""
-    return {k: jax.make_array_from_process_local_data(sharding, np.asarray(v)) for k, v in batch.items()}
+    """Process-local numpy batch -> global jax arrays laid out on the mesh (where this process holds
+    every device, the whole batch in one transfer call)."""
+    batch = {k: np.asarray(v) for k, v in batch.items()}
+    if sharding.is_fully_addressable:
+        return jax.device_put(batch, sharding)
+    return {k: jax.make_array_from_process_local_data(sharding, v) for k, v in batch.items()}
 
 
 def process_block(sharding, batch: int, process: int | None = None) -> tuple[int, int]:

@@ -154,5 +154,6 @@ BENCHMARKS.register("train-loop", Benchmark(
     help="the whole training loop (input, logging, checkpoint and eval checks, preemption watch) against the same "
          "compiled step dispatched back to back over the same batches, for the --config model (compute-bound) and "
          "a step of about a millisecond (dispatch-bound); ratio = minimal / loop, goal >= 0.95 (also reads --config, "
-         "--steps, --repeats)", run="edge_jax.bench.train_loop:run", add_arguments=_train_loop_arguments,
+         "--steps: the compute case's steps a round, the dispatch case runs ten times as many; --repeats)",
+    run="edge_jax.bench.train_loop:run", add_arguments=_train_loop_arguments,
     defaults={"repeats": 3}))

@@ -16,6 +16,8 @@ any host work between steps shows. Rounds alternate loop and minimal; medians an
 """
 from __future__ import annotations
 
+import contextlib
+import io
 import statistics
 import tempfile
 import time
@@ -31,15 +33,19 @@ from edge_jax.train.setup import build
 from edge_jax.train.state import create_train_state
 from edge_jax.train.step import make_train_step
 
-# A step of about a millisecond on one CPU core: one narrow layer, short rows.
-DISPATCH_BOUND = {"model.d_model": 32, "model.n_layers": 1, "model.n_heads": 2, "model.n_kv_heads": 1,
-                  "model.head_dim": 16, "model.d_ff": 64, "data.seq_len": 16, "data.batch_size": 4}
+# A step of about a millisecond on this machine's CPU: one narrow layer, short rows, one device.
+DISPATCH_BOUND = {"model.d_model": 64, "model.n_layers": 1, "model.n_heads": 2, "model.n_kv_heads": 1,
+                  "model.head_dim": 16, "model.d_ff": 128, "data.seq_len": 32, "data.batch_size": 4,
+                  "mesh.data": 1, "mesh.fsdp": 1, "mesh.tensor": 1}
+DISPATCH_STEPS = 10  # its rounds run ten times --steps: a millisecond a step needs more steps to time
 
 
 def case_config(args, overrides: list, case: str):
-    """The config of ``case``: ``--config`` with the overrides; ``dispatch`` shrinks the model and batch."""
-    extra = {"train.steps": args.steps, "train.log_every": args.log_every, "train.eval_every": args.steps,
-             "train.ckpt_every": args.steps, "train.eval_batches": 1, "train.warmup_steps": 1}
+    """The config of ``case``: ``--config`` with the overrides, ``--steps`` steps; ``dispatch`` shrinks the
+    model and batch and runs :data:`DISPATCH_STEPS` times as many steps."""
+    steps = args.steps * (DISPATCH_STEPS if case == "dispatch" else 1)
+    extra = {"train.steps": steps, "train.log_every": args.log_every, "train.eval_every": steps,
+             "train.ckpt_every": steps, "train.eval_batches": 1, "train.warmup_steps": 1}
     if case == "dispatch":
         extra.update(DISPATCH_BOUND)
     return load_config(args.config, [*overrides, *(f"{k}={v}" for k, v in extra.items())])
@@ -49,7 +55,8 @@ def loop_seconds(config) -> float:
     """The whole loop's seconds per step at steady state (a new workdir each call)."""
     from edge_jax.train.loop import train_and_evaluate
     with tempfile.TemporaryDirectory(prefix="edge-jax-bench-loop-") as workdir:
-        return train_and_evaluate(config, workdir)["step_time_s"]
+        with contextlib.redirect_stdout(io.StringIO()):  # the run's own lines; its progress bar is on stderr
+            return train_and_evaluate(config, workdir)["step_time_s"]
 
 
 class Minimal:
@@ -82,9 +89,8 @@ class Minimal:
 
 def run(args, overrides) -> str:
     cases = CASES if args.case == "both" else (args.case,)
-    lines = [f"train-loop benchmark: {args.config} ({jax.device_count()} {jax.devices()[0].platform} device(s), "
-             f"{args.steps} steps a round, log every {args.log_every}, {args.repeats} rounds alternating, "
-             "median [min-max])"]
+    lines = [f"train-loop benchmark: {args.config} ({jax.device_count()} {jax.devices()[0].platform} device(s) present; the dispatch case uses one, "
+             f"log every {args.log_every}, {args.repeats} rounds alternating, median [min-max])"]
     for case in cases:
         config = case_config(args, overrides, case)
         minimal, samples = Minimal(config), {"loop": [], "minimal": []}
@@ -94,7 +100,8 @@ def run(args, overrides) -> str:
             samples["loop"].append(loop_seconds(config))
             samples["minimal"].append(minimal.seconds())
         d, m = config.data, config.model
-        lines.append(f"  {case}: d_model {m.d_model} x {m.n_layers} layers, batch {d.batch_size} x seq {d.seq_len}")
+        lines.append(f"  {case}: d_model {m.d_model} x {m.n_layers} layers, batch {d.batch_size} x seq {d.seq_len}, "
+                     f"{config.train.steps} steps a round")
         for name, secs in samples.items():
             lines.append(f"    {name:>8}: {statistics.median(secs) * 1e3:8.3f} ms/step "
                          f"[{min(secs) * 1e3:.3f}-{max(secs) * 1e3:.3f}]")

@@ -25,15 +25,17 @@ from edge_jax.sharding import batch_sharding, on_mesh, process_block, process_ro
 from edge_jax.train import divergence
 from edge_jax.train.checkpoint import Checkpointer
 from edge_jax.train.feed import DeviceFeed
+from edge_jax.train.flops import StepFlops
 from edge_jax.train.hooks import EvalContext, RunContext, prepare, run_evaluators
 from edge_jax.train.init_from import merge_params, restore_params
 from edge_jax.train.metrics import MetricsWriter, read_jsonl
 from edge_jax.train.optim import ALL, group_names, rename_groups, trained_count
 from edge_jax.train.preemption import PreemptionWatch
-from edge_jax.train.readback import Readback, StepClock, finite, steady
+from edge_jax.train.readback import READ_LAG, Readback, StepClock, finite, steady
 from edge_jax.train.setup import build, check_tokenizer
 from edge_jax.train.state import abstract_train_state, create_train_state
 from edge_jax.train.step import make_eval_step, make_train_step
+from edge_jax.train.telemetry import StepProfiler, profile_dir, record_memory
 from edge_jax.train.workdir import imported_from
 from edge_jax.utils.atomic import write_json_atomic
 
@@ -128,24 +130,29 @@ def train_and_evaluate(config, workdir: str, devices=None) -> dict:
     writer = MetricsWriter(workdir, t.steps, start, enabled=lead)
     tokens_per_step = cfg.data.batch_size * cfg.data.seq_len
     clock, readback, last, final, result = StepClock(), Readback(), {}, None, {}
+    flops = StepFlops(run.model.cfg, cfg, run.mesh.size, run.mesh.devices.flat[0].device_kind)
     try:
         # compiled once, ahead of the first step: the executable every step runs
         train_step = on_mesh(run.mesh, train_jit.lower)(state, feed.peek()).compile() if start < t.steps else None
+        if train_step is not None:
+            record_memory(train_step, workdir)
         distributed.barrier("train")  # every process ready: the first step's collectives meet within seconds
-        with PreemptionWatch() as watch:
+        with PreemptionWatch() as watch, StepProfiler(profile_dir(workdir), t.profile_start, t.profile_steps,
+                                                      t.steps) as profiler:
             for step in range(start + 1, t.steps + 1):
-                with steady():  # nothing is read back from the devices here
+                with profiler.step(step), steady():  # nothing is read back from the devices here
                     state, metrics = train_step(state, next(feed))
                     clock.dispatched(step)
                     readback.add(step, metrics)
                     feed.fill()  # the next batches go to the devices while this step runs
+                profiler.step_done(step, state)
                 periodic = step % t.ckpt_every == 0 or step == t.steps
                 evaluating = step % t.eval_every == 0 or step == t.steps
                 stop = watch.reached(step)  # SIGTERM: every process saves this step and stops
                 if periodic or evaluating or stop:
                     through = step  # what uses the state needs this step's loss first
-                elif (step - 1) % t.log_every == 0:
-                    through = step - 1  # a log step is read once the next step runs
+                elif step - READ_LAG > start and (step - READ_LAG) % t.log_every == 0:
+                    through = step - READ_LAG  # a log step is read while the steps after it run
                 else:
                     through = start  # nothing to read yet
                 for done, metrics in readback.read(through):
@@ -156,7 +163,9 @@ def train_and_evaluate(config, workdir: str, devices=None) -> dict:
                     saved, last = losses.update(metrics["loss"]), metrics
                     clock.finished(done)
                     if done % t.log_every == 0 or done == t.steps:
-                        writer.write(done, "train", dict(metrics, **pace(clock.window(done), tokens_per_step)))
+                        window = clock.window(done)
+                        writer.write(done, "train", {**metrics, **pace(window, tokens_per_step),
+                                                     **flops.metrics(window)})
                 writer.progress(step, {"loss": last["loss"], "lr": last["lr"]} if last else {})
                 if evaluating:
                     with clock.paused():
@@ -176,7 +185,7 @@ def train_and_evaluate(config, workdir: str, devices=None) -> dict:
         steady_s = clock.steady()
         result = dict(final, train_loss=last.get("loss", float("nan")), steps=t.steps,
                       tokens_per_s=tokens_per_step / steady_s if steady_s else float("nan"),
-                      step_time_s=steady_s or float("nan"),
+                      step_time_s=steady_s or float("nan"), **flops.metrics(steady_s),
                       trained_params=trained, trained_fraction=trained / total)
         result.update(run_evaluators(EvalContext(run, state.params, workdir, lead, eval_batches)))
     finally:

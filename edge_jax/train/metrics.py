@@ -7,6 +7,7 @@ import os
 
 from tqdm import tqdm
 
+from edge_jax.train.tb_events import EventWriter
 from edge_jax.utils.atomic import write_text_atomic
 
 
@@ -34,8 +35,7 @@ class MetricsWriter:
         if enabled:
             kept = [r for r in read_jsonl(self.path) if r.get("step", 0) <= start_step]
             write_text_atomic(self.path, "".join(json.dumps(r) + "\n" for r in kept))
-            from tensorboardX import SummaryWriter  # here: it imports torch where that is installed (seconds)
-            self._tb = SummaryWriter(os.path.join(workdir, "tb"), purge_step=start_step + 1)
+            self._tb = EventWriter(os.path.join(workdir, "tb"), purge_step=start_step + 1)
         self._bar = tqdm(total=total_steps, initial=start_step, disable=not enabled, dynamic_ncols=True,
                          mininterval=1.0 if os.isatty(2) else 30.0)
 
@@ -46,9 +46,7 @@ class MetricsWriter:
         record.update({k: float(v) for k, v in metrics.items()})
         with open(self.path, "a") as f:
             f.write(json.dumps(record) + "\n")
-        for k, v in metrics.items():
-            if math.isfinite(float(v)):
-                self._tb.add_scalar(f"{kind}/{k}", float(v), int(step))
+        self._tb.scalars(int(step), {f"{kind}/{k}": float(v) for k, v in metrics.items() if math.isfinite(float(v))})
         if kind == "eval":
             self._bar.write(f"step {step}: " + ", ".join(f"{k} {float(v):.4f}" for k, v in metrics.items()))
 

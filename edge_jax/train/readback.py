@@ -1,8 +1,8 @@
 """What the training loop reads back from the devices, and when; and its step clock.
 
 A step's metrics (loss, gradient norm, learning rate) stay on the devices until the loop needs them:
-they are read in one transfer for several steps at once, at a log step once the next step has been
-dispatched (so the devices are busy while the host waits), and before anything that uses the state
+they are read in one transfer for several steps at once, a log step's once the :data:`READ_LAG` steps
+after it have been dispatched (so the devices are busy while the host waits and writes), and before anything that uses the state
 (an evaluation, a checkpoint, a preemption stop), so no checkpoint is ever written from a step whose
 loss was not finite. Between those points the loop reads nothing: :func:`steady` marks those stretches
 with JAX's device-to-host transfer guard, so a read there fails where the backend guards transfers
@@ -22,6 +22,10 @@ import time
 import jax
 
 STEADY_GUARD = "disallow"  # jax.transfer_guard_device_to_host level between the loop's reads
+# A log step's metrics are read this many dispatches later: the devices have that many steps queued
+# while the host waits for the read and writes the record (with one, a record that takes the host
+# longer than a step leaves the devices idle).
+READ_LAG = 2
 
 
 def steady():

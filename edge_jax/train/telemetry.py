@@ -79,8 +79,9 @@ def record_memory(compiled, workdir: str, device=None) -> dict | None:
         stats = device.memory_stats() or {}
         if stats.get("bytes_limit"):
             mem["limit_bytes"] = int(stats["bytes_limit"])
-        write_json_atomic(os.path.join(workdir, "memory.json"), dict(mem, device_kind=device.device_kind))
     if distributed.is_lead():
+        if mem is not None:
+            write_json_atomic(os.path.join(workdir, "memory.json"), dict(mem, device_kind=device.device_kind))
         print(memory_line(mem, device), flush=True)
     return mem
 

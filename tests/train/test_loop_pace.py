@@ -160,3 +160,22 @@ def test_eval_sum_on_the_devices_equals_the_batch_by_batch_sum(tiny_config):
     loss_sum = sum(float(step(0.5, to_global(process_rows(b, sharding), sharding))["loss_sum"]) for b in batches)
     want = loss_sum / (5 * 12)
     assert got["val_loss"] == pytest.approx(want, rel=1e-6) and got["val_ppl"] == pytest.approx(math.exp(want))
+
+
+def test_a_run_records_memory_flops_and_a_profile(tiny_config, tmp_path, capsys):
+    import glob
+    import json
+
+    wd = tmp_path / "run"
+    cfg = tiny_config(**{"train.steps": 6, "train.log_every": 2, "train.profile_start": 3, "train.profile_steps": 2})
+    result = train_and_evaluate(cfg, str(wd))
+    assert glob.glob(str(wd / "profile" / "plugins" / "profile" / "*" / "*.xplane.pb"))
+    memory = json.loads((wd / "memory.json").read_text())
+    assert memory["argument_bytes"] > 0 and memory["total_bytes"] >= memory["argument_bytes"]
+    assert "train step memory per device" in capsys.readouterr().out
+    records = [r for r in read_jsonl(str(wd / "metrics.jsonl")) if r["kind"] == "train"]
+    assert [r["step"] for r in records] == [2, 4, 6]
+    for r in records:  # CPU: TFLOP/s, no MFU (no known peak)
+        assert r["tflops_per_device"] > 0 and "mfu" not in r
+        assert r["tokens_per_s"] == pytest.approx(8 * 32 / r["step_time_s"])
+    assert result["tflops_per_device"] > 0 and result["step_time_s"] > 0
