@@ -89,8 +89,9 @@ class Minimal:
 
 def run(args, overrides) -> str:
     cases = CASES if args.case == "both" else (args.case,)
-    lines = [f"train-loop benchmark: {args.config} ({jax.device_count()} {jax.devices()[0].platform} device(s) present; the dispatch case uses one, "
-             f"log every {args.log_every}, {args.repeats} rounds alternating, median [min-max])"]
+    lines = [f"train-loop benchmark: {args.config} ({jax.device_count()} {jax.devices()[0].platform} device(s) present, "
+             f"the dispatch case on one; log every {args.log_every}, {args.repeats} rounds alternating, "
+             "median [min-max])"]
     for case in cases:
         config = case_config(args, overrides, case)
         minimal, samples = Minimal(config), {"loop": [], "minimal": []}
