@@ -60,14 +60,23 @@ def finite(metrics: dict) -> bool:
 
 
 class StepClock:
-    """Seconds per step, dispatch to dispatch, with the :meth:`paused` stretches left out."""
+    """Seconds per step, dispatch to dispatch, with the :meth:`paused` stretches left out.
+
+    With the host never waiting on a step it has just dispatched, consecutive dispatches come at the
+    pace of the slower of the two (the devices hold the host back once their queue is full), so the
+    time between two dispatches over the steps between them is the step time, with the devices' queue
+    offset the same at both ends. :meth:`steady` leaves out the first :data:`WARMUP` steps (one-time
+    costs: the first execution, the input pipeline's threads starting)."""
+
+    WARMUP = 2
 
     def __init__(self):
         self._paused = 0.0
         self._dispatched: dict[int, float] = {}
-        self._first: tuple[int, float] | None = None   # the first step timed, when it was dispatched
+        self._first: tuple[int, float] | None = None   # the run's first step, when it was dispatched
+        self._steady: tuple[int, float] | None = None  # the first step after the warm-up
+        self._last: tuple[int, float] | None = None
         self._window: tuple[int, float] | None = None  # where the current log window starts
-        self._end: tuple[int, float] | None = None
 
     def _now(self) -> float:
         return time.perf_counter() - self._paused
@@ -77,6 +86,9 @@ class StepClock:
         self._dispatched[step] = now
         if self._first is None:
             self._first = self._window = (step, now)
+        if self._steady is None and step - self._first[0] >= self.WARMUP:
+            self._steady = (step, now)
+        self._last = (step, now)
 
     @contextlib.contextmanager
     def paused(self):
@@ -97,14 +109,10 @@ class StepClock:
         self._dispatched = {s: v for s, v in self._dispatched.items() if s > step}
         return (t - t0) / (step - start) if step > start else None
 
-    def finished(self, step: int) -> None:
-        """The step ``step`` has finished (its metrics were read)."""
-        self._end = (step, self._now())
-
     def steady(self) -> float | None:
-        """Mean seconds per step over the run: from the first step's dispatch to the last finished
-        step (every step between ran in that time); None with fewer than two steps."""
-        if self._first is None or self._end is None or self._end[0] <= self._first[0]:
+        """Mean seconds per step over the run after the warm-up (from its first step where the run is
+        too short for one), dispatch to dispatch; None with fewer than two steps."""
+        start = self._steady if self._steady is not None and self._last[0] - self._steady[0] >= 2 else self._first
+        if start is None or self._last[0] <= start[0]:
             return None
-        (first, t0), (last, t1) = self._first, self._end
-        return (t1 - t0) / (last - first + 1)
+        return (self._last[1] - start[1]) / (self._last[0] - start[0])

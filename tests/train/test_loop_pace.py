@@ -129,20 +129,21 @@ def test_feed_runs_ahead_and_keeps_the_state_of_what_it_handed_out():
         assert feed.data_state() == {"next": expected + 1, "whole": True}
 
 
-def test_step_clock_leaves_out_pauses(monkeypatch):
+def test_step_clock_leaves_out_pauses_and_the_warm_up(monkeypatch):
     now = [0.0]
     monkeypatch.setattr(readback.time, "perf_counter", lambda: now[0])
     clock = readback.StepClock()
-    for step in range(1, 5):  # a step every 2 s
+    clock.dispatched(1)
+    now[0] += 30.0  # the first step pays one-time costs
+    for step in range(2, 8):  # then a step every 2 s
         clock.dispatched(step)
         now[0] += 2.0
-    with clock.paused():
-        now[0] += 100.0  # an evaluation
-    clock.dispatched(5)
-    assert clock.window(3) == pytest.approx(2.0) and clock.window(5) == pytest.approx(2.0)
-    now[0] += 2.0
-    clock.finished(5)
-    assert clock.steady() == pytest.approx(2.0)  # steps 1..5 ran in the 10 s after step 1's dispatch
+        if step == 4:
+            with clock.paused():
+                now[0] += 100.0  # an evaluation
+    assert clock.window(3) == pytest.approx(16.0)  # steps 2-3 after the 30 s one: (30 + 2) / 2
+    assert clock.window(7) == pytest.approx(2.0)
+    assert clock.steady() == pytest.approx(2.0)  # from step 3 (after WARMUP = 2 steps) to step 7
 
 
 def test_eval_sum_on_the_devices_equals_the_batch_by_batch_sum(tiny_config):
