@@ -161,6 +161,7 @@ def train_and_evaluate(config, workdir: str, devices=None) -> dict:
                         raise TrainingError(divergence.message(ckpt, workdir, done, metrics["loss"],
                                                                metrics["grad_norm"], t.lr))
                     saved, last = losses.update(metrics["loss"]), metrics
+                    clock.read(done)
                     if done % t.log_every == 0 or done == t.steps:
                         window = clock.window(done)
                         writer.write(done, "train", {**metrics, **pace(window, tokens_per_step),

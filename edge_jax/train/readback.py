@@ -8,10 +8,10 @@ ever written from a step whose loss was not finite. Between those points the loo
 with JAX's device-to-host transfer guard, so a read there fails where the backend guards transfers
 (GPU, TPU).
 
-:class:`StepClock` measures seconds per step at steady state, dispatch to dispatch: with the host never
-waiting for a step it has just dispatched, the host can only run ahead of the devices until the next
-read, so over a stretch of steps the dispatches come at the pace the devices run. Evaluations and
-checkpoint saves are left out of the clock.
+:class:`StepClock` measures seconds per step at steady state from the times the reads return: a read
+waits for its step to finish, so read to read is the pace of the slower of host and devices (dispatch
+to dispatch is not, with the host free to run ahead between reads). Evaluations and checkpoint saves
+are left out of the clock.
 """
 from __future__ import annotations
 
@@ -60,35 +60,33 @@ def finite(metrics: dict) -> bool:
 
 
 class StepClock:
-    """Seconds per step, dispatch to dispatch, with the :meth:`paused` stretches left out.
+    """Seconds per step at steady state, read to read, with the :meth:`paused` stretches left out.
 
-    With the host never waiting on a step it has just dispatched, consecutive dispatches come at the
-    pace of the slower of the two (the devices hold the host back once their queue is full), so the
-    time between two dispatches over the steps between them is the step time, with the devices' queue
-    offset the same at both ends. :meth:`steady` leaves out the first :data:`WARMUP` steps (one-time
-    costs: the first execution, the input pipeline's threads starting)."""
+    The loop dispatches without waiting, so between two reads the host may run several steps ahead of
+    the devices and the time between two dispatches says little; a read waits until its step has
+    finished (or finds it finished, when the host is the slower side), so the time between the reads
+    of two steps over the steps between them is the pace of the slower of host and devices. A log
+    record's ``step_time_s`` is that mean since the previous log step; :meth:`steady`, the run's, leaves
+    out the first :data:`WARMUP` steps (one-time costs: the first execution, the input pipeline's
+    threads starting)."""
 
     WARMUP = 2
 
     def __init__(self):
         self._paused = 0.0
-        self._dispatched: dict[int, float] = {}
-        self._first: tuple[int, float] | None = None   # the run's first step, when it was dispatched
-        self._steady: tuple[int, float] | None = None  # the first step after the warm-up
+        self._first: int | None = None                 # the run's first step
+        self._steady: tuple[int, float] | None = None  # the first step read after the warm-up, when
         self._last: tuple[int, float] | None = None
         self._window: tuple[int, float] | None = None  # where the current log window starts
+        self._opened: tuple[int, float] | None = None  # (the step before the first, its first dispatch)
 
     def _now(self) -> float:
         return time.perf_counter() - self._paused
 
     def dispatched(self, step: int) -> None:
-        now = self._now()
-        self._dispatched[step] = now
         if self._first is None:
-            self._first = self._window = (step, now)
-        if self._steady is None and step - self._first[0] >= self.WARMUP:
-            self._steady = (step, now)
-        self._last = (step, now)
+            self._first = step
+            self._window = self._opened = (step - 1, self._now())  # the first window opens at the first dispatch
 
     @contextlib.contextmanager
     def paused(self):
@@ -98,21 +96,26 @@ class StepClock:
         finally:
             self._paused += time.perf_counter() - t0
 
+    def read(self, step: int) -> None:
+        """Step ``step`` has finished: its metrics were just read."""
+        now = self._now()
+        self._last = (step, now)
+        if self._steady is None and self._first is not None and step - self._first >= self.WARMUP:
+            self._steady = (step, now)
+
     def window(self, step: int) -> float | None:
-        """Mean seconds per step from the previous window's end to the dispatch of ``step`` (a log
-        step), which ends this window; None for a window of no whole step."""
-        t = self._dispatched.get(step)
-        if t is None or self._window is None:
+        """Mean seconds per step from the previous window's end to the read of ``step`` (a log step,
+        read last), which ends this window; None for a window of no whole step."""
+        if self._window is None or self._last is None or self._last[0] != step:
             return None
-        start, t0 = self._window
+        (start, t0), t = self._window, self._last[1]
         self._window = (step, t)
-        self._dispatched = {s: v for s, v in self._dispatched.items() if s > step}
         return (t - t0) / (step - start) if step > start else None
 
     def steady(self) -> float | None:
-        """Mean seconds per step over the run after the warm-up (from its first step where the run is
-        too short for one), dispatch to dispatch; None with fewer than two steps."""
-        start = self._steady if self._steady is not None and self._last[0] - self._steady[0] >= 2 else self._first
-        if start is None or self._last[0] <= start[0]:
+        """Mean seconds per step over the run, read to read, after the warm-up (from the first dispatch
+        where the run is too short for one); None with no step read."""
+        if self._last is None:
             return None
-        return (self._last[1] - start[1]) / (self._last[0] - start[0])
+        start = self._steady if self._steady is not None and self._last[0] > self._steady[0] else self._opened
+        return (self._last[1] - start[1]) / (self._last[0] - start[0]) if self._last[0] > start[0] else None

@@ -129,20 +129,23 @@ def test_feed_runs_ahead_and_keeps_the_state_of_what_it_handed_out():
         assert feed.data_state() == {"next": expected + 1, "whole": True}
 
 
-def test_step_clock_leaves_out_pauses_and_the_warm_up(monkeypatch):
+def test_step_clock_reads_to_reads_without_pauses_and_warm_up(monkeypatch):
     now = [0.0]
     monkeypatch.setattr(readback.time, "perf_counter", lambda: now[0])
     clock = readback.StepClock()
-    clock.dispatched(1)
-    now[0] += 30.0  # the first step pays one-time costs
+    for step in range(1, 8):
+        clock.dispatched(step)  # the host runs ahead: dispatches take no time
+    now[0] += 30.0  # step 1 pays one-time costs
+    clock.read(1)
     for step in range(2, 8):  # then a step every 2 s
-        clock.dispatched(step)
         now[0] += 2.0
-        if step == 4:
+        clock.read(step)
+        if step == 3:
+            assert clock.window(3) == pytest.approx(34.0 / 3)  # steps 1-3 since the first dispatch
             with clock.paused():
                 now[0] += 100.0  # an evaluation
-    assert clock.window(3) == pytest.approx(16.0)  # steps 2-3 after the 30 s one: (30 + 2) / 2
     assert clock.window(7) == pytest.approx(2.0)
+    assert clock.window(6) is None  # not the step read last
     assert clock.steady() == pytest.approx(2.0)  # from step 3 (after WARMUP = 2 steps) to step 7
 
 
