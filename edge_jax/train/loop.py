@@ -155,15 +155,17 @@ def train_and_evaluate(config, workdir: str, devices=None) -> dict:
                     through = step - READ_LAG  # a log step is read while the steps after it run
                 else:
                     through = start  # nothing to read yet
-                for done, metrics in readback.read(through):
+                records = readback.read(through)
+                if records:
+                    clock.read(records[-1][0])
+                for done, metrics in records:
                     if not finite(metrics):
                         ckpt.wait()
                         raise TrainingError(divergence.message(ckpt, workdir, done, metrics["loss"],
                                                                metrics["grad_norm"], t.lr))
                     saved, last = losses.update(metrics["loss"]), metrics
-                    clock.read(done)
                     if done % t.log_every == 0 or done == t.steps:
-                        window = clock.window(done)
+                        window = clock.window()
                         writer.write(done, "train", {**metrics, **pace(window, tokens_per_step),
                                                      **flops.metrics(window)})
                 writer.progress(step, {"loss": last["loss"], "lr": last["lr"]} if last else {})

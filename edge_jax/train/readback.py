@@ -66,7 +66,7 @@ class StepClock:
     the devices and the time between two dispatches says little; a read waits until its step has
     finished (or finds it finished, when the host is the slower side), so the time between the reads
     of two steps over the steps between them is the pace of the slower of host and devices. A log
-    record's ``step_time_s`` is that mean since the previous log step; :meth:`steady`, the run's, leaves
+    record's ``step_time_s`` is that mean since the previous record; :meth:`steady`, the run's, leaves
     out the first :data:`WARMUP` steps (one-time costs: the first execution, the input pipeline's
     threads starting)."""
 
@@ -79,6 +79,7 @@ class StepClock:
         self._last: tuple[int, float] | None = None
         self._window: tuple[int, float] | None = None  # where the current log window starts
         self._opened: tuple[int, float] | None = None  # (the step before the first, its first dispatch)
+        self._mean: float | None = None                # the last window's
 
     def _now(self) -> float:
         return time.perf_counter() - self._paused
@@ -97,20 +98,22 @@ class StepClock:
             self._paused += time.perf_counter() - t0
 
     def read(self, step: int) -> None:
-        """Step ``step`` has finished: its metrics were just read."""
+        """Every step through ``step`` has finished: a read just returned them."""
         now = self._now()
         self._last = (step, now)
         if self._steady is None and self._first is not None and step - self._first >= self.WARMUP:
             self._steady = (step, now)
 
-    def window(self, step: int) -> float | None:
-        """Mean seconds per step from the previous window's end to the read of ``step`` (a log step,
-        read last), which ends this window; None for a window of no whole step."""
-        if self._window is None or self._last is None or self._last[0] != step:
+    def window(self) -> float | None:
+        """Mean seconds per step from the previous window's end to the last read, which ends this
+        window (a log record's); a second record from the same read gets the same mean; None before
+        any read."""
+        if self._window is None or self._last is None:
             return None
-        (start, t0), t = self._window, self._last[1]
-        self._window = (step, t)
-        return (t - t0) / (step - start) if step > start else None
+        (start, t0), (end, t) = self._window, self._last
+        if end > start:
+            self._window, self._mean = self._last, (t - t0) / (end - start)
+        return self._mean
 
     def steady(self) -> float | None:
         """Mean seconds per step over the run, read to read, after the warm-up (from the first dispatch

@@ -133,20 +133,20 @@ def test_step_clock_reads_to_reads_without_pauses_and_warm_up(monkeypatch):
     now = [0.0]
     monkeypatch.setattr(readback.time, "perf_counter", lambda: now[0])
     clock = readback.StepClock()
-    for step in range(1, 8):
+    for step in range(1, 12):
         clock.dispatched(step)  # the host runs ahead: dispatches take no time
-    now[0] += 30.0  # step 1 pays one-time costs
-    clock.read(1)
-    for step in range(2, 8):  # then a step every 2 s
-        now[0] += 2.0
-        clock.read(step)
-        if step == 3:
-            assert clock.window(3) == pytest.approx(34.0 / 3)  # steps 1-3 since the first dispatch
-            with clock.paused():
-                now[0] += 100.0  # an evaluation
-    assert clock.window(7) == pytest.approx(2.0)
-    assert clock.window(6) is None  # not the step read last
-    assert clock.steady() == pytest.approx(2.0)  # from step 3 (after WARMUP = 2 steps) to step 7
+    now[0] += 30.0 + 2.0  # step 1 pays 30 s of one-time costs, then a step every 2 s
+    clock.read(2)
+    assert clock.window() == pytest.approx(16.0)  # steps 1-2 since the first dispatch
+    now[0] += 2.0
+    clock.read(3)  # the first read past the warm-up (WARMUP = 2 steps)
+    with clock.paused():
+        now[0] += 100.0  # an evaluation
+    now[0] += 8 * 2.0
+    clock.read(11)  # steps 4-11 read together
+    assert clock.window() == pytest.approx(2.0)  # steps 3-11
+    assert clock.window() == pytest.approx(2.0)  # another record from the same read
+    assert clock.steady() == pytest.approx(2.0)  # from the read of step 3 to that of step 11
 
 
 def test_eval_sum_on_the_devices_equals_the_batch_by_batch_sum(tiny_config):
