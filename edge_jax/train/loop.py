@@ -187,7 +187,7 @@ def train_and_evaluate(config, workdir: str, devices=None) -> dict:
         steady_s = clock.steady()
         result = dict(final, train_loss=last.get("loss", float("nan")), steps=t.steps,
                       tokens_per_s=tokens_per_step / steady_s if steady_s else float("nan"),
-                      step_time_s=steady_s or float("nan"), **flops.metrics(steady_s),
+                      step_time_s=steady_s or float("nan"),
                       trained_params=trained, trained_fraction=trained / total)
         result.update(run_evaluators(EvalContext(run, state.params, workdir, lead, eval_batches)))
     finally:

@@ -182,4 +182,4 @@ def test_a_run_records_memory_flops_and_a_profile(tiny_config, tmp_path, capsys)
     for r in records:  # CPU: TFLOP/s, no MFU (no known peak)
         assert r["tflops_per_device"] > 0 and "mfu" not in r
         assert r["tokens_per_s"] == pytest.approx(8 * 32 / r["step_time_s"])
-    assert result["tflops_per_device"] > 0 and result["step_time_s"] > 0
+    assert result["step_time_s"] > 0 and "tflops_per_device" not in result  # records keep one timing pair
