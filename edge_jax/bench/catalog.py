@@ -146,7 +146,7 @@ TRAIN_LOOP_CASES = ("compute", "dispatch")  # train-loop: its cases (--case)
 
 def _train_loop_arguments(group) -> None:
     # --config and --steps (training steps a round) are train-step's flags, read here too
-    group.add_argument("--log-every", type=count, default=10, help="train.log_every of the loop")
+    group.add_argument("--log-every", type=count, default=5, help="train.log_every of the loop")
     group.add_argument("--case", default="both", choices=(*TRAIN_LOOP_CASES, "both"), help="which case to time")
 
 
