@@ -4,9 +4,9 @@ A step's metrics (loss, gradient norm, learning rate) stay on the devices until 
 they are read in one transfer for several steps at once, a log step's once the :data:`READ_LAG` steps
 after it have been dispatched (so the devices are busy while the host waits and writes), and before
 anything that uses the state (an evaluation, a checkpoint, a preemption stop), so no checkpoint is
-ever written from a step whose loss was not finite. Between those points the loop reads nothing: :func:`steady` marks those stretches
-with JAX's device-to-host transfer guard, so a read there fails where the backend guards transfers
-(GPU, TPU).
+ever written from a step whose loss was not finite. Between those points the loop reads nothing:
+:func:`steady` marks those stretches with JAX's device-to-host transfer guard, so a read there fails
+where the backend guards transfers (GPU, TPU).
 
 :class:`StepClock` measures seconds per step at steady state from the times the reads return: a read
 waits for its step to finish, so read to read is the pace of the slower of host and devices (dispatch
