@@ -23,15 +23,16 @@ from edge_jax.bench.catalog import KERNEL_CALLS
 from edge_jax.compile.chips import CHIPS
 from edge_jax.layers.kernels import backend
 from edge_jax.registry import Registry
+from edge_jax.train.flops import peak_flops
 from edge_jax.utils.atomic import write_json_atomic
 from edge_jax.utils.timing import samples_interleaved
 
 TOL = {"float32": 1e-4, "bfloat16": 3e-2}
-# device_kind -> (peak dense bf16 FLOP/s, memory bytes/s): the TPUs from compile.chips.CHIPS, the GPUs
-# from NVIDIA's data sheets (read 2026-11)
+# device_kind -> memory bytes/s: the TPUs from compile.chips.CHIPS, the GPUs from NVIDIA's data sheets
+# (read 2026-11); the peak FLOP/s come from edge_jax.train.flops.peak_flops, as training's MFU does
 TPU_KINDS = {"TPU v4": "v4", "TPU v5 lite": "v5e", "TPU v5": "v5p", "TPU v6 lite": "v6e"}
-PEAKS = {"NVIDIA H100 80GB HBM3": (989e12, 3.35e12), "NVIDIA H200": (989e12, 4.8e12),
-         **{kind: (CHIPS[gen].peak_flops, CHIPS[gen].hbm_bandwidth) for kind, gen in TPU_KINDS.items()}}
+BANDWIDTH = {"NVIDIA H100 80GB HBM3": 3.35e12, "NVIDIA H200": 4.8e12,
+             **{kind: CHIPS[gen].hbm_bandwidth for kind, gen in TPU_KINDS.items()}}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -89,9 +90,10 @@ def measure(case: KernelCase, name: str, repeats: int, variant: str | None = Non
     row.update(kernel_ms=1e3 * mk, kernel_spread_ms=1e3 * (max(t_k) - min(t_k)), xla_ms=1e3 * mr,
                xla_spread_ms=1e3 * (max(t_r) - min(t_r)), speedup=mr / mk, tflops=case.flops / mk / 1e12,
                gbps=case.bytes / mk / 1e9)
-    peak = PEAKS.get(jax.devices()[0].device_kind)
-    if peak:
-        row.update(flops_of_peak=case.flops / mk / peak[0], bytes_of_peak=case.bytes / mk / peak[1])
+    kind = jax.devices()[0].device_kind
+    flops_peak, bandwidth = peak_flops(kind), BANDWIDTH.get(kind)
+    if flops_peak and bandwidth:
+        row.update(flops_of_peak=case.flops / mk / flops_peak, bytes_of_peak=case.bytes / mk / bandwidth)
     return row
 
 
