@@ -33,7 +33,7 @@ from edge_jax.sharding import batch_sharding, on_mesh, process_block, to_global
 from edge_jax.train.readback import StepClock
 from edge_jax.train.setup import build
 from edge_jax.train.state import create_train_state
-from edge_jax.train.step import make_train_step
+from edge_jax.train.step import jit_train_step
 
 # A step of about a millisecond on this machine's CPU: one narrow layer, short rows, one device.
 DISPATCH_BOUND = {"model.d_model": 64, "model.n_layers": 1, "model.n_heads": 2, "model.n_kv_heads": 1,
@@ -75,8 +75,7 @@ class Minimal:
         finally:
             data.close()
         self.state, shardings = create_train_state(run.model, run.tx, run.mesh, cfg.seed)
-        step = jax.jit(make_train_step(cfg.train.grad_accum, run.schedule, cfg.train.loss_chunk), donate_argnums=0,
-                       in_shardings=(shardings, sharding), out_shardings=(shardings, None))
+        step = jit_train_step(cfg.train, run.schedule, shardings, sharding)
         self.step = on_mesh(run.mesh, step.lower)(self.state, self.batches[0]).compile()
 
     def seconds(self, log_every: int) -> float:

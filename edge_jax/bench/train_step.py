@@ -14,7 +14,7 @@ from edge_jax.config import load_config
 from edge_jax.sharding import batch_sharding
 from edge_jax.train.setup import build
 from edge_jax.train.state import create_train_state
-from edge_jax.train.step import make_train_step, token_losses
+from edge_jax.train.step import jit_train_step, token_losses
 from edge_jax.utils.timing import time_interleaved
 
 
@@ -42,8 +42,7 @@ def run(args, overrides) -> str:
     batch = {"inputs": jax.device_put(tokens[:, :-1], sharding), "targets": jax.device_put(tokens[:, 1:], sharding)}
 
     state, shardings = create_train_state(run.model, run.tx, run.mesh, cfg.seed)
-    ours_step = jax.jit(make_train_step(cfg.train.grad_accum, run.schedule, cfg.train.loss_chunk), donate_argnums=0,
-                        in_shardings=(shardings, sharding), out_shardings=(shardings, None))
+    ours_step = jit_train_step(cfg.train, run.schedule, shardings, sharding)
     opt, min_step = minimal_step_fn(run.model.apply, cfg.train)
     params = jax.tree_util.tree_map(lambda x: x.copy(), state.params)
     box = {"state": state, "params": params, "opt": opt.init(params)}

@@ -34,7 +34,7 @@ from edge_jax.train.preemption import PreemptionWatch
 from edge_jax.train.readback import READ_LAG, Readback, StepClock, finite, steady
 from edge_jax.train.setup import build, check_tokenizer
 from edge_jax.train.state import abstract_train_state, create_train_state
-from edge_jax.train.step import make_eval_step, make_train_step
+from edge_jax.train.step import jit_train_step, make_eval_step
 from edge_jax.train.telemetry import StepProfiler, profile_dir, record_memory
 from edge_jax.train.workdir import imported_from
 from edge_jax.utils.atomic import write_json_atomic
@@ -121,8 +121,7 @@ def train_and_evaluate(config, workdir: str, devices=None) -> dict:
     if lead:
         print(f"training {trained:,} of {total:,} weights ({100 * trained / total:.2f}%"
               f"{'' if t.trainable == ALL else f'; train.trainable={t.trainable!r}'})", flush=True)
-    train_jit = jax.jit(make_train_step(t.grad_accum, run.schedule, t.loss_chunk), donate_argnums=0,
-                        in_shardings=(shardings, data_sharding), out_shardings=(shardings, None))
+    train_jit = jit_train_step(t, run.schedule, shardings, data_sharding)
     eval_step = on_mesh(run.mesh, jax.jit(make_eval_step(run.model.apply),
                                           in_shardings=(shardings.params, data_sharding)))
     eval_batches = model_eval_batches(run, "validation", t.eval_batches)

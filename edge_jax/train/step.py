@@ -58,6 +58,14 @@ def make_train_step(grad_accum: int, schedule, loss_chunk: int = 0):
     return train_step
 
 
+def jit_train_step(train_cfg, schedule, state_shardings, batch_sharding):
+    """:func:`make_train_step` for ``train_cfg`` (``config.train``) jitted as training runs it: the
+    state donated, in and out in ``state_shardings``, the batch in ``batch_sharding``."""
+    step = make_train_step(train_cfg.grad_accum, schedule, train_cfg.loss_chunk)
+    return jax.jit(step, donate_argnums=0, in_shardings=(state_shardings, batch_sharding),
+                   out_shardings=(state_shardings, None))
+
+
 def make_eval_step(apply_fn):
     """``eval_step(params, batch) -> {"loss_sum", "tokens"}`` over the batch's masked targets (whole
     logits: without a backward pass they are held once, and eval batches may be any length)."""

@@ -74,7 +74,7 @@ def test_divergence_between_reads_saves_no_bad_checkpoint(tiny_config, tmp_path,
     """Checkpoints every 4 steps, losses logged every 10, the loss non-finite from step 11 on: step 12's
     checkpoint reads its losses first, so 11 is named, no checkpoint at or after it exists, and the
     message names the last healthy one (8)."""
-    from edge_jax.train import loop
+    from edge_jax.train import step as step_module
 
     def make_train_step(*args, **kwargs):
         inner = loop_make(*args, **kwargs)
@@ -85,8 +85,8 @@ def test_divergence_between_reads_saves_no_bad_checkpoint(tiny_config, tmp_path,
 
         return step
 
-    loop_make = loop.make_train_step
-    monkeypatch.setattr(loop, "make_train_step", make_train_step)
+    loop_make = step_module.make_train_step
+    monkeypatch.setattr(step_module, "make_train_step", make_train_step)
     wd = str(tmp_path / "nan")
     cfg = tiny_config(**{"train.steps": 20, "train.ckpt_every": 4, "train.log_every": 10, "train.eval_every": 1000})
     with pytest.raises(TrainingError, match=r"at step 11; the last healthy checkpoint is step 8 "):
