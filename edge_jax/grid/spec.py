@@ -29,6 +29,10 @@ is refused before get_grid builds anything. It defines `get_grid(preset: str) ->
     explanations     optional {"cellA>cellB": "one line"}: why a pair the paper orders comes out
                      significantly the other way in ours, written by a person after a run; the
                      table and `edge-jax summary` print it beside the disagreement
+    record_notes     optional "module:function" called as function(grid, records) -> str: notes
+                     that describe what the records hold (documents scored, eval.limit, KV slots
+                     per method ...), written under ``notes``; a fact a run can change is never
+                     a constant in ``notes``
     post             optional "module:function" called as function(grid, records, out) after
                      the table is written, for figures beyond the table (e.g. a scaling fit);
                      it returns the paths it wrote
@@ -54,7 +58,7 @@ REQUIRED_KEYS = ("name", "title", "base", "base_overrides", "cells", "metric",
                  "lower_is_better", "extra_metrics", "paper", "notes")
 PAPER_KEYS = ("metric", "values", "higher_is_better", "source")
 PAPER_OPTIONAL_KEYS = ("order",)
-OPTIONAL_KEYS = ("post", "stages", "zero_shot", "explanations")
+OPTIONAL_KEYS = ("post", "record_notes", "stages", "zero_shot", "explanations")
 ZERO_SHOT_METRIC = "zero_shot_avg"
 # Cell and grid names become file and directory names.
 _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.+-]*$")
@@ -105,6 +109,7 @@ class Grid:
     preset: str
     path: str
     post: str = ""
+    record_notes: str = ""
     stages: dict = dataclasses.field(default_factory=dict)
     explanations: dict = dataclasses.field(default_factory=dict)
 
@@ -209,9 +214,10 @@ def validate_grid(raw: Any, *, preset: str, path: str = "<grid>") -> Grid:
     unknown = sorted(set(raw) - set(REQUIRED_KEYS) - set(OPTIONAL_KEYS))
     if unknown:
         raise fail(f"unknown key(s): {', '.join(unknown)}; valid: {', '.join(REQUIRED_KEYS + OPTIONAL_KEYS)}")
-    post = raw.get("post", "")
-    if not isinstance(post, str) or (post and not re.match(r"^[\w.]+:\w+$", post)):
-        raise fail(f"'post' must be 'module:function', got {post!r}")
+    post, record_notes = raw.get("post", ""), raw.get("record_notes", "")
+    for key, value in (("post", post), ("record_notes", record_notes)):
+        if not isinstance(value, str) or (value and not re.match(r"^[\w.]+:\w+$", value)):
+            raise fail(f"{key!r} must be 'module:function', got {value!r}")
 
     for key in ("name", "title", "base", "metric"):
         if not isinstance(raw[key], str) or not raw[key].strip():
@@ -255,7 +261,8 @@ def validate_grid(raw: Any, *, preset: str, path: str = "<grid>") -> Grid:
         base_overrides=base_overrides, cells=cells, metric=raw["metric"],
         lower_is_better=raw["lower_is_better"], extra_metrics=tuple(extra),
         paper=_check_paper(raw["paper"], cells, fail), notes=raw["notes"],
-        preset=preset, path=path, post=post, stages=check_stages(raw.get("stages", {}), cells, fail),
+        preset=preset, path=path, post=post, record_notes=record_notes,
+        stages=check_stages(raw.get("stages", {}), cells, fail),
         explanations=_check_explanations(raw.get("explanations", {}), cells, fail))
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import csv
 import dataclasses
+import importlib
 import io
 import math
 from pathlib import Path
@@ -213,9 +214,17 @@ def markdown(t: Table) -> str:
         lines += ["", t.changed]
     if g.notes.strip():
         lines += ["", f"Notes: {g.notes.strip()}"]
+    if g.record_notes and t.records:
+        lines += ["", f"From the records: {record_notes(g, t.records)}"]
     if has_curves(t.records):
         lines += ["", "![validation loss vs step, mean over seeds, min-max shaded](curves.png)"]
     return "\n".join(lines + [""])
+
+
+def record_notes(grid, records: list[dict]) -> str:
+    """The grid's ``record_notes`` hook's text: what its records hold (documents scored, limits, ...)."""
+    module, _, fn = grid.record_notes.partition(":")
+    return " ".join(str(getattr(importlib.import_module(module), fn)(grid, records)).split())
 
 
 def has_curves(records: list[dict]) -> bool:

@@ -213,3 +213,25 @@ def test_commands_are_listed_and_a_paper_tie_makes_no_claim():
     assert "--cell 2` and 3 other command(s)." in tables.markdown(tables.build_table(make_grid(), many, seeds=2))
     tied = tables.build_table(make_grid(values={"a": 50.0, "b": 50.0, "c": 50.0}), agreeing_records(), seeds=2)
     assert tied.pairs == [] and "**Paper's ordered pairs: none** (the paper ranks the 3 cells" in tables.markdown(tied)
+
+
+def seeds_scored(grid, records):
+    """A record_notes hook for the test: a fact the records hold."""
+    return f"{len(records)} records, seeds {sorted({r['seed'] for r in records})}."
+
+
+def test_record_notes_come_from_the_records():
+    grid = dataclasses.replace(make_grid(), record_notes=f"{__name__}:seeds_scored")
+    text = tables.markdown(tables.build_table(grid, agreeing_records()))
+    assert "From the records: 6 records, seeds [0, 1]." in text
+    fewer = tables.markdown(tables.build_table(grid, agreeing_records()[:3]))
+    assert "From the records: 3 records, seeds [0, 1]." in fewer
+    with pytest.raises(spec.GridSpecError, match="'record_notes' must be 'module:function'"):
+        spec.validate_grid({**_raw(), "record_notes": "not a hook"}, preset="tiny")
+
+
+def _raw():
+    return {"name": "toy", "title": "t", "base": "x.py:tiny", "base_overrides": {}, "cells": {"a": {}, "b": {}},
+            "metric": "val_loss", "lower_is_better": True, "extra_metrics": [],
+            "paper": {"metric": "m", "higher_is_better": True, "source": "s", "values": {"a": 1.0, "b": 2.0}},
+            "notes": ""}
