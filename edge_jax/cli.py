@@ -1,4 +1,4 @@
-"""``edge-jax``: train | eval | params | grid | bench | compile | data | hf | summary | launch | moe | cache | analyze.
+"""``edge-jax``: train | eval | params | grid | bench | compile | data | hf | summary | docs | launch | moe | cache | analyze.
 
 Config options follow big_vision: ``--config configs/lm.py:size=tiny --config.train.steps=200``.
 Errors a user can fix (:class:`edge_jax.errors.UserError`) are printed as one line
@@ -130,6 +130,11 @@ def _add_core_commands(sub) -> None:
                                        "are within noise")
     summary.add_arguments(p)
     p.set_defaults(fn=lambda a, o: summary.run(a), joins_job=False, needs_plugins=False)
+    from edge_jax.docgen import command as docs_command
+    p = sub.add_parser("docs", help="rewrite the generated blocks of README.md and docs/*.md from the records "
+                                    "(--check: name the blocks that differ, exit 1)")
+    docs_command.add_arguments(p)
+    p.set_defaults(fn=lambda a, o: docs_command.run(a), joins_job=False)
     from edge_jax.utils import launch
     p = sub.add_parser("launch", help="run a command as N processes of one job on this machine (docs/multihost.md)")
     launch.add_arguments(p)

@@ -141,3 +141,5 @@ SECTIONS: Registry[Section] = Registry("config section")
 EVALUATORS: Registry[Evaluator] = Registry("evaluator")
 BENCHMARKS: Registry[Any] = Registry("benchmark")
 COMMANDS: Registry[Any] = Registry("command")
+# Generated blocks of the docs (edge-jax docs): kind -> fn(sources, *args, **options) -> markdown.
+DOC_BLOCKS: Registry[Callable[..., str]] = Registry("doc block")

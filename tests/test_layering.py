@@ -18,7 +18,7 @@ The allowed order, lowest first; a module may import its own level and the level
     layers             layers/*
     models/interop     models/*, interop/*
     data/train/infer   data/*, train/*, infer/*, eval/*   (data/* may import the core only)
-    grid/bench         grid/*, bench/*, compile/*, hf/*
+    grid/bench         grid/*, bench/*, compile/*, hf/*, docgen/*
     papers             papers/*     (papers/<a> may import neither papers/<b> nor edge_jax.papers;
                                      only papers/__init__ imports the papers)
     cli                cli
@@ -48,7 +48,7 @@ LEVELS = (  # (level, top-level names under edge_jax/ that belong to it), lowest
     ("layers", ("layers",)),
     ("models/interop", ("models", "interop")),
     ("data/train/infer", ("data", "train", "infer", "eval")),
-    ("grid/bench", ("grid", "bench", "compile", "hf")),
+    ("grid/bench", ("grid", "bench", "compile", "hf", "docgen")),
     ("papers", ("papers",)),
     ("cli", ("cli",)),
 )

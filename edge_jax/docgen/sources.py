@@ -1,0 +1,146 @@
+"""What generated blocks read (:class:`Sources`: the grids' tables from their records, committed JSON) and
+the generic block kinds, registered in :data:`edge_jax.registry.DOC_BLOCKS`.
+
+Every kind is ``fn(src, *args, **options) -> str``. Numbers print as the tables print them
+(:func:`edge_jax.grid.tables.format_number`: about four significant digits) unless ``fmt=`` gives a Python
+format (``fmt=.2f``, ``fmt=,.0f``); ``scale=`` multiplies first (``scale=100`` for a percentage):
+
+    summary                                  the README's table: a row per grid (edge-jax summary)
+    mean GRID CELL METRIC                    a cell's mean over its seeds
+    stat GRID CELL METRIC                    ``mean ± std`` over its seeds
+    seeds GRID [CELL]                        the seeds a cell has (the fewest over cells without CELL)
+    diff GRID A B METRIC                     the mean over paired seeds of A - B
+    p GRID A B METRIC                        the paired t-test's two-sided p of A - B
+    json PATH KEY                            a value of a committed JSON file (KEY dotted: ``cases.0.ratio``)
+"""
+from __future__ import annotations
+
+import functools
+import json
+import statistics
+from pathlib import Path
+
+from edge_jax.docgen.blocks import DocBlockError
+from edge_jax.grid import runner, spec, tables, verdicts
+from edge_jax.registry import DOC_BLOCKS
+
+
+class Sources:
+    """The repository's ``results`` and ``ablations`` seen from ``root``, at one preset; each grid's table
+    is built once from its records, as ``edge-jax grid --tables-only`` builds it."""
+
+    def __init__(self, root: str | Path = ".", results: str = "results", ablations: str = "ablations",
+                 preset: str = "tiny"):
+        self.root = Path(root)
+        self.results, self.ablations, self.preset = results, ablations, preset
+
+    def path(self, rel: str) -> Path:
+        """A file named relative to the repository root; one line if it is not there."""
+        path = self.root / rel
+        if not path.is_file():
+            raise DocBlockError(f"{rel} does not exist; commit the run's output first (its command is in the docs)")
+        return path
+
+    @functools.lru_cache(maxsize=None)
+    def table(self, grid: str) -> tables.Table:
+        ablation = self.root / self.ablations / f"{grid}.py"
+        if not ablation.is_file():
+            raise DocBlockError(f"no ablation file {self.ablations}/{grid}.py")
+        g = spec.load_grid(ablation, self.preset)
+        records = runner.load_records(self.root / self.results / grid)
+        if not records:
+            raise DocBlockError(f"grid {grid} has no records under {self.results}/{grid}/records")
+        return tables.build_table(g, records)
+
+    def per_seed(self, grid: str, cell: str, metric: str) -> dict[int, float]:
+        t = self.table(grid)
+        if cell not in t.grid.cells:
+            raise DocBlockError(f"grid {grid} has no cell {cell!r}; cells: {', '.join(t.grid.cells)}")
+        values = tables.per_seed(t.records, [cell], metric)[cell]
+        if not values:
+            raise DocBlockError(f"no record of {grid}/{cell} has the metric {metric!r}")
+        return values
+
+    @functools.lru_cache(maxsize=None)
+    def json(self, rel: str):
+        try:
+            return json.loads(self.path(rel).read_text())
+        except ValueError as e:
+            raise DocBlockError(f"{rel} is not valid JSON ({e}); rerun the command that wrote it") from None
+
+
+def number(x, scale: str = "1", fmt: str = "") -> str:
+    """``x × scale`` as the tables print numbers, or with the format ``fmt``."""
+    if isinstance(x, bool) or not isinstance(x, (int, float)):
+        raise DocBlockError(f"{x!r} is not a number")
+    if scale != "1":
+        x = x * float(scale)
+    if fmt:
+        try:
+            return format(x, fmt)
+        except ValueError as e:
+            raise DocBlockError(f"fmt={fmt}: {e}") from None
+    return tables.format_number(x)
+
+
+@DOC_BLOCKS.register("summary")
+def summary(src: Sources) -> str:
+    from edge_jax.grid import summary as grid_summary
+    rows = grid_summary.summarize(src.root / src.ablations, src.root / src.results, src.preset)
+    for row in rows:  # links relative to the repository, wherever it is
+        row.out = Path(row.out).relative_to(src.root).as_posix() if row.out else row.out
+    return grid_summary.markdown(rows)
+
+
+@DOC_BLOCKS.register("mean")
+def mean(src: Sources, grid: str, cell: str, metric: str, scale: str = "1", fmt: str = "") -> str:
+    return number(statistics.fmean(src.per_seed(grid, cell, metric).values()), scale, fmt)
+
+
+@DOC_BLOCKS.register("stat")
+def stat(src: Sources, grid: str, cell: str, metric: str, scale: str = "1", fmt: str = "") -> str:
+    values = list(src.per_seed(grid, cell, metric).values())
+    m = statistics.fmean(values)
+    if len(values) < 2:
+        return number(m, scale, fmt)
+    if not fmt:
+        s = tables.stat([v * float(scale) for v in values])
+        return tables.format_stat(s)
+    return f"{number(m, scale, fmt)} ± {number(statistics.stdev(values), scale, fmt)}"
+
+
+@DOC_BLOCKS.register("seeds")
+def seeds(src: Sources, grid: str, cell: str = "") -> str:
+    t = src.table(grid)
+    if cell:
+        return str(len(src.per_seed(grid, cell, t.grid.metric)))
+    return str(min(r.stats[t.grid.metric].n for r in t.rows))
+
+
+def _paired(src: Sources, grid: str, a: str, b: str, metric: str) -> list[float]:
+    x, y = src.per_seed(grid, a, metric), src.per_seed(grid, b, metric)
+    shared = sorted(set(x) & set(y))
+    if not shared:
+        raise DocBlockError(f"grid {grid}: cells {a} and {b} share no seed with {metric!r}")
+    return [x[s] - y[s] for s in shared]
+
+
+@DOC_BLOCKS.register("diff")
+def diff(src: Sources, grid: str, a: str, b: str, metric: str, scale: str = "1", fmt: str = "") -> str:
+    return number(statistics.fmean(_paired(src, grid, a, b, metric)), scale, fmt)
+
+
+@DOC_BLOCKS.register("p")
+def p(src: Sources, grid: str, a: str, b: str, metric: str) -> str:
+    return tables.format_p(verdicts.paired_t(_paired(src, grid, a, b, metric)).p)
+
+
+@DOC_BLOCKS.register("json")
+def json_value(src: Sources, rel: str, key: str, scale: str = "1", fmt: str = "") -> str:
+    value = src.json(rel)
+    for part in key.split("."):
+        try:
+            value = value[int(part)] if isinstance(value, list) else value[part]
+        except (KeyError, IndexError, ValueError, TypeError):
+            raise DocBlockError(f"{rel} has no {key!r} (stopped at {part!r})") from None
+    return value if isinstance(value, str) else number(value, scale, fmt)
