@@ -20,6 +20,7 @@ import shutil
 from typing import Callable, TypeVar
 
 import jax
+import numpy as np
 import orbax.checkpoint as ocp
 
 from edge_jax import distributed
@@ -137,13 +138,35 @@ class Checkpointer:
         return None
 
     def check(self, step: int) -> str | None:
-        """Why the step's files do not match their checksums, :data:`checksums.UNVERIFIED` for a step saved
-        without them, None when intact; each process of a job hashes its share of the files."""
-        if not self.verified:
-            return checksums.UNVERIFIED
-        found = distributed.gather(f"verify {self.directory} {step}",
-                                   checksums.verify(os.path.join(self.directory, str(step)), distributed.share()))
-        return next((w for w in found if w not in (None, checksums.UNVERIFIED)), found[0])
+        """Why the step's files do not match their checksums (or its train state is another step's: a step
+        directory renamed), :data:`checksums.UNVERIFIED` for a step saved without them, None when intact;
+        each process of a job hashes its share of the files."""
+        why = checksums.UNVERIFIED
+        if self.verified:
+            found = distributed.gather(f"verify {self.directory} {step}",
+                                       checksums.verify(os.path.join(self.directory, str(step)), distributed.share()))
+            why = next((w for w in found if w not in (None, checksums.UNVERIFIED)), found[0])
+            if why not in (None, checksums.UNVERIFIED):
+                return why
+        saved = self.saved_step(step)
+        if saved is not None and saved != step:
+            return f"its train state is step {saved}'s (a renamed step directory?)"
+        return why
+
+    def saved_step(self, step: int) -> int | None:
+        """The ``step`` counter inside the train state saved as ``step`` (one scalar read, before the costly
+        restore), None for a state saved without one (params only: an HF import) or that cannot be read
+        (the restore that follows names that damage)."""
+        item = {"step": 0}
+        args = ocp.args.PyTreeRestore(item=item, restore_args={"step": ocp.RestoreArgs(restore_type=np.ndarray)},
+                                      partial_restore=True)
+        try:
+            with ocp.PyTreeCheckpointer() as checkpointer:
+                found = checkpointer.restore(os.path.join(self.directory, str(step), "state"), args=args)["step"]
+        except Exception:  # noqa: BLE001 - unreadable: the full restore fails next and says why
+            return None
+        # a partial restore hands back the item's own value (the int 0) for a key the state does not hold
+        return int(found) if isinstance(found, np.ndarray) and found.shape == () else None
 
     def _move_aside(self, step: int) -> str:
         """Move the step's directory to ``<directory>.corrupt/<step>[.k]`` and make orbax forget it."""

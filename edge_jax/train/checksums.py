@@ -72,11 +72,15 @@ def verify(step_dir: Path, share: tuple[int, int] = (0, 1)) -> str | None:
     step_dir = Path(step_dir)
     try:
         with open(step_dir / FILE) as f:
-            listed = json.load(f)["files"]
+            listed = json.load(f)
     except FileNotFoundError:
         return UNVERIFIED
-    except (OSError, ValueError, KeyError, TypeError) as e:
+    except (OSError, ValueError) as e:
         return f"its {FILE} is unreadable ({type(e).__name__})"
+    why = malformed(listed)
+    if why:
+        return f"its {FILE} is malformed ({why})"
+    listed = listed["files"]
     i, n = share
     for rel in sorted(listed)[i::n]:
         size, want = listed[rel]
@@ -87,6 +91,22 @@ def verify(step_dir: Path, share: tuple[int, int] = (0, 1)) -> str | None:
             return f"{rel} has {os.path.getsize(path)} bytes, {size} were written"
         if digest(path) != want:
             return f"{rel} does not match its checksum"
+    return None
+
+
+def malformed(listed) -> str | None:
+    """What is wrong with the structure of a parsed ``checksums.json`` (None when it has the form :func:`write`
+    gives: ``{"algorithm": ALGORITHM, "files": {relative path: [size, hex digest]}}``)."""
+    if not isinstance(listed, dict) or not isinstance(listed.get("files"), dict):
+        return "no 'files' table"
+    if listed.get("algorithm") != ALGORITHM:
+        return f"algorithm {listed.get('algorithm')!r}, not {ALGORITHM!r}"
+    for rel, entry in listed["files"].items():
+        if Path(rel).is_absolute() or ".." in Path(rel).parts:
+            return f"entry {rel!r} is not a path inside the step"
+        if not (isinstance(entry, list) and len(entry) == 2 and type(entry[0]) is int and entry[0] >= 0
+                and isinstance(entry[1], str)):
+            return f"entry {rel!r} is not [size, digest]"
     return None
 
 

@@ -7,7 +7,6 @@ its params are in place, and after training every enabled evaluator adds its met
 from __future__ import annotations
 
 import contextlib
-import json
 import math
 import os
 import sys
@@ -16,7 +15,7 @@ import jax
 import jax.numpy as jnp
 
 from edge_jax import distributed
-from edge_jax.config import flat_json, schema_defaults, upgrade_config
+from edge_jax.config import flat_json, schema_defaults
 from edge_jax.data import make_eval_batches, make_train_iter
 from edge_jax.errors import Preempted, UserError
 from edge_jax.models.inputs import with_host_inputs
@@ -36,7 +35,7 @@ from edge_jax.train.setup import build, check_tokenizer
 from edge_jax.train.state import abstract_train_state, create_train_state
 from edge_jax.train.step import jit_train_step, make_eval_step
 from edge_jax.train.telemetry import StepProfiler, profile_dir, record_memory
-from edge_jax.train.workdir import imported_from
+from edge_jax.train.workdir import imported_from, read_saved_config
 from edge_jax.utils.atomic import write_json_atomic
 
 
@@ -72,8 +71,7 @@ def save_config(config, workdir: str) -> None:
     """Write config.json; refuse to resume a workdir trained with an incompatible config."""
     path = os.path.join(workdir, "config.json")
     if os.path.exists(os.path.join(workdir, "checkpoints")) and os.path.exists(path):
-        with open(path) as f:
-            old = flat_json(upgrade_config(json.load(f)))  # in today's keys
+        old = flat_json(read_saved_config(path))  # in today's keys
         new = flat_json(config)
         # keys added to the schema after that run count as their defaults
         old = {**flat_json(schema_defaults(config)), **old}

@@ -7,6 +7,11 @@ import os
 import ml_collections
 
 from edge_jax.config import flatten, schema_defaults, unflatten, upgrade_config
+from edge_jax.errors import UserError, one_line
+
+
+class WorkdirError(UserError, ValueError):
+    """A workdir's own file cannot be read (one line naming the file and the fix)."""
 
 
 def load_workdir_config(workdir: str) -> ml_collections.ConfigDict:
@@ -15,9 +20,29 @@ def load_workdir_config(workdir: str) -> ml_collections.ConfigDict:
     path = os.path.join(workdir, "config.json")
     if not os.path.exists(path):
         raise FileNotFoundError(f"{path} not found; is {workdir!r} a training workdir? run `edge-jax train` first")
-    with open(path) as f:
-        saved = upgrade_config(json.load(f))
+    saved = read_saved_config(path)
     return ml_collections.ConfigDict(unflatten({**flatten(schema_defaults(saved).to_dict()), **flatten(saved)}))
+
+
+def read_json_object(path: str) -> dict:
+    """The JSON object a workdir's own file at ``path`` holds; a file that is not one (truncated, overwritten)
+    is a :class:`WorkdirError` that names it."""
+    try:
+        with open(path, "rb") as f:
+            found = json.loads(f.read().decode("utf-8"))
+    except ValueError as e:  # JSONDecodeError, UnicodeDecodeError
+        found, why = None, f"{type(e).__name__}: {one_line(e)}"
+    else:
+        why = f"a JSON {type(found).__name__}, not an object"
+    if not isinstance(found, dict):
+        raise WorkdirError(f"{path} is damaged ({why}); restore it from a copy of the workdir, or start over "
+                           "with a new --workdir")
+    return found
+
+
+def read_saved_config(path: str) -> dict:
+    """The config a workdir's ``config.json`` at ``path`` holds, upgraded to today's keys."""
+    return upgrade_config(read_json_object(path))
 
 
 def on_base(config: ml_collections.ConfigDict, base: str, keep: tuple[str, ...] = ()) -> ml_collections.ConfigDict:
@@ -38,5 +63,4 @@ def imported_from(workdir: str) -> str | None:
     path = os.path.join(workdir, "hf_source.json")
     if not os.path.exists(path):
         return None
-    with open(path) as f:
-        return str(json.load(f).get("source"))
+    return str(read_json_object(path).get("source"))
