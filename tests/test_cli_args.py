@@ -1,6 +1,7 @@
 """Command arguments are checked before any work starts: a bad one exits 2 with one line on stderr
 that names the flag (grid and summary, edge_jax/grid, have their own tests)."""
 import argparse
+import json
 import os
 
 import pytest
@@ -165,9 +166,18 @@ def test_eval_of_a_directory_without_a_run_still_says_train_first(paths, capsys)
     _one_line(capsys, "config.json not found", "run `edge-jax train` first")
 
 
-def test_json_of_a_benchmark_that_writes_none_is_one_line(paths, capsys):
-    assert main(["bench", "train-step", "--json", paths["tmp"] + "/x.json"]) == 2
-    _one_line(capsys, "bench train-step does not write --json", "kernels")
+def test_bench_json_holds_the_report_and_where_it_came_from(tmp_path):
+    from edge_jax.bench import command as bench_command
+    path = tmp_path / "x.json"
+    bench_command.write_result(str(path), "ratio 0.98", measured=False)
+    out = json.loads(path.read_text())
+    assert out["report"] == "ratio 0.98" and "result" not in out
+    prov = out["provenance"]
+    assert prov["command"] and prov["date"].endswith("+00:00") and prov["device"]["platform"] == "cpu"
+    assert {"commit", "dirty"} <= set(prov["git"]) and prov["host"]["cpus"] >= 1
+    path.write_text(json.dumps({"ratio": 0.98}))  # what a benchmark that measures into --json wrote
+    bench_command.write_result(str(path), "ratio 0.98", measured=True)
+    assert json.loads(path.read_text())["result"] == {"ratio": 0.98}
 
 
 def test_usage_errors_are_one_line(capsys):

@@ -26,8 +26,9 @@ class Benchmark:
     MoE shape) belong to the harness, which declares them in :func:`edge_jax.bench.command.add_arguments`;
     ``defaults`` sets ``--repeats`` and ``--chunk`` (the only shared flags a benchmark may default) when
     they are not given (e.g. ``{"repeats": 1}``; else :data:`edge_jax.bench.command.DEFAULTS`).
-    ``writes_json``: whether ``run`` writes its measurements to ``--json`` (the harness refuses ``--json``
-    for a benchmark that would ignore it)."""
+    ``writes_json``: whether ``run`` writes its measurements to ``--json``; the harness then keeps them as the
+    file's ``result``, beside the printed ``report`` and the ``provenance`` (command, commit, machine, date)
+    that every benchmark's ``--json`` holds (:func:`edge_jax.bench.command.write_result`)."""
     help: str
     run: str
     add_arguments: Callable[[Any], None] | None = None

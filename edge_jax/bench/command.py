@@ -10,11 +10,16 @@ paper's ``cli.py``); building the parser imports none of their measuring modules
 from __future__ import annotations
 
 import argparse
+import datetime
+import json
+import os
+import platform
+from pathlib import Path
 
-from edge_jax.errors import ConfigError
 from edge_jax.layers.kernels import KERNEL_MODES
 from edge_jax.registry import BENCHMARKS
 from edge_jax.utils.args import count, output_file
+from edge_jax.utils.atomic import write_json_atomic
 
 DEFAULTS = {"repeats": 5}  # shared flags given neither on the command line nor by the benchmark
 
@@ -35,7 +40,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                             f"{_defaults_help('repeats', DEFAULTS['repeats'])})"),
         parser.add_argument("--chunk", type=count, default=None, help=f"tokens per prefill chunk "
                             f"({_defaults_help('chunk')})")]
-    parser.add_argument("--json", default=None, help="write the measurements as JSON here")
+    parser.add_argument("--json", default=None, help="write the report, the measurements (the benchmarks that "
+                        "measure into JSON) and the provenance (command, commit, machine, date) as JSON here")
     g = parser.add_argument_group("model shape", "size flags of the benchmarks that build a model or a layer; "
                                   "each benchmark's group gives the flags it reads and its default shape")
     g.add_argument("--preset", default=None, help="a size from edge_jax.models.presets.MODEL_SIZES, e.g. qwen3_0p6b")
@@ -61,13 +67,33 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace, overrides) -> int:
     bench = BENCHMARKS.get(args.name)
     if args.json:
-        if not bench.writes_json:
-            writers = ", ".join(name for name, b in BENCHMARKS.items() if b.writes_json)
-            raise ConfigError(f"bench {args.name} does not write --json; drop --json (the benchmarks that write it: "
-                              f"{writers})")
         output_file(args.json, "--json")
     for key, value in {**DEFAULTS, **bench.defaults}.items():
         if getattr(args, key) is None:
             setattr(args, key, value)
-    print(bench(args, overrides))
+    report = bench(args, overrides)
+    print(report)
+    if args.json:
+        write_result(args.json, report, measured=bench.writes_json)
     return 0
+
+
+def write_result(path: str, report, measured: bool) -> None:
+    """``--json``: what the benchmark measured (``result``: the JSON a benchmark that ``writes_json`` wrote
+    there, else absent), the report it printed, and where it came from (``provenance``: the command, the
+    commit, the machine, the date), so that a number quoted in the docs has its file (process 0 writes)."""
+    from edge_jax import distributed
+    if not distributed.is_lead():
+        return
+    out = {"report": str(report), "provenance": provenance()}
+    if measured and Path(path).is_file():
+        out = {"result": json.loads(Path(path).read_text()), **out}
+    write_json_atomic(path, out)
+
+
+def provenance() -> dict:
+    """The command, git commit, devices, host, library versions and UTC date of this run."""
+    from edge_jax.utils import provenance as p
+    return {"command": p.command_line(), "git": p.git_info(Path.cwd()), "device": p.device_info(),
+            "host": {"machine": platform.machine(), "cpus": os.cpu_count(), "processor": platform.processor()},
+            "versions": p.versions(), "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")}

@@ -89,7 +89,7 @@ def test_cli_writes_plot_and_json_and_skips_fullkv(tmp_path, capsys):
     assert rows["1024"][2] == rows["1024"][3] == rows["1024"][5] == "skipped"
     assert "* shorter than sink + window + segment = 96" in out and "median of 1 timed" in out
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-    data = json.loads(js.read_text())
+    data = json.loads(js.read_text())["result"]
     assert [p["length"] for p in data["points"]] == [64, 512, 1024]
     assert data["points"][2]["fullkv"] is None and data["points"][1]["fullkv"]["ttft_s"] > 0
     assert data["points"][0]["compressed"] is False and data["model"]["infini_segment"] == 64

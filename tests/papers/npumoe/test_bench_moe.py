@@ -31,7 +31,7 @@ def test_bench_prints_variants_ratios_goals(capsys, tmp_path):
     assert "grouped >= 1.3x per_expert" in goals[0] and "all >= 2.5x base" in goals[1]
     assert lines[-1] == f"  wrote {path}"
 
-    r = json.loads(path.read_text())
+    r = json.loads(path.read_text())["result"]
     v = r["variants"]
     assert all(v[n]["ms_per_token"] > 0 for n in v)
     assert [v[n]["calls"] for n in ("base", "+tiers", "per_expert", "grouped")] == [8, 8, 8, 2]
@@ -59,7 +59,7 @@ def test_bench_overflow_and_table5_sweep(capsys, tmp_path):
     text = capsys.readouterr().out
     assert "overflow fallback;" in text.splitlines()[0] and "Table 5 sweep" in text
     assert "drop: latency c4 / c16 = g4 " in text and "fallback: latency c4 / c16 = g4 " in text
-    r = json.loads(path.read_text())
+    r = json.loads(path.read_text())["result"]
     assert r["overflow"] == "fallback" and all(v["drop"] == 0 for v in r["variants"].values())
     assert all(v["max_diff"] < 1e-4 for v in r["variants"].values())
     assert r["variants"]["grouped"]["calls"] == 2 + 1  # the host fallback call carries the overflow
