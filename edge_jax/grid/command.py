@@ -17,14 +17,14 @@ from __future__ import annotations
 
 import argparse
 import ast
-import importlib
 import sys
 from pathlib import Path
 from typing import Any
 
 from edge_jax import distributed
 from edge_jax.errors import ConfigError, UserError, one_line
-from edge_jax.grid import drift, plots, runner, spec, tables
+from edge_jax.grid import drift, plots, post, runner, spec, tables
+from edge_jax.grid.records import read_record
 from edge_jax.utils.args import at_least, count, output_dir
 
 
@@ -53,7 +53,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     mode.add_argument("--cell", type=at_least(0), default=None, metavar="K",
                       help="run only unit K of --list (for job arrays)")
     mode.add_argument("--tables-only", action="store_true",
-                      help="only rebuild table.md, table.csv and curves.png from records")
+                      help="only rebuild table.md, table.csv, curves.png and the post hook's outputs from records "
+                           "(a post hook whose inputs are not here keeps its outputs as they are)")
     mode.add_argument("--compile-only", action="store_true",
                       help="train nothing: compile every training run for --topology and write "
                            "results/<name>/<preset>_compile.md, or gpu_compile.md for a GPU (docs/compile.md)")
@@ -112,8 +113,9 @@ def run(args: argparse.Namespace, *, train_fn: runner.TrainFn | None = None,
     out = Path(args.out) if args.out else default_out(grid)
     if args.list:
         for u in units:
-            done = runner.record_path(out, u).exists()
-            log(f"{u.index}\t{u.cell}\t{u.seed}\t{'recorded' if done else 'missing'}")
+            path = runner.record_path(out, u)
+            status = "missing" if not path.exists() else "recorded" if read_record(path)[0] else "unreadable"
+            log(f"{u.index}\t{u.cell}\t{u.seed}\t{status}")
         return 0
     if args.cell is not None:
         if args.cell >= len(units):
@@ -185,9 +187,7 @@ def _write_tables(grid, args, out: Path, log, load_config: runner.LoadConfigFn, 
     elif grid.post and records and args.cell is not None:
         log(f"{grid.post}: skipped with --cell (it reads every cell); run --tables-only when the grid is done")
     elif grid.post and records:
-        module, _, fn = grid.post.partition(":")
-        written = getattr(importlib.import_module(module), fn)(grid, records, out)
-        log(f"{grid.post}: wrote {', '.join(str(p) for p in written)}")
+        post.run_post(grid, records, out, log)   # a hook that cannot run here keeps its outputs, in one line
     missing = sum(len(r.missing_seeds) for r in table.rows)
     log(f"wrote {out / 'table.md'}, {out / 'table.csv'}{', ' + str(out / 'curves.png') if curves else ''} "
         f"from {len(table.records)} record(s)" + (f"; {missing} missing" if missing else ""))

@@ -1,11 +1,13 @@
 """Reuse across sibling grids: a unit whose full config (seed included) and documents equal those of a
 finished record in another grid's output beside OUT (results/<grid>) copies that record instead of
-training again (:func:`edge_jax.grid.runner.run_unit`; ``--no-reuse`` turns it off)."""
+training again (:func:`edge_jax.grid.runner.run_unit`; ``--no-reuse`` turns it off). Records are read with
+:func:`edge_jax.grid.records.load_records` (each counted once; unreadable ones passed over)."""
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Iterable
+
+from edge_jax.grid.records import load_records
 
 REUSE_IGNORED = ("data.data_dir", "train.ckpt_every", "train.keep_ckpts", "train.log_every")
 
@@ -29,12 +31,9 @@ def find_identical_run(dirs: Iterable[Path], config: dict, metric: str, clean_on
     defaults = flat_json(schema_defaults(config))  # keys the schema gained after a record was written
     want = comparable(flatten(config), defaults)
     for d in dirs:
-        for path in sorted((Path(d) / "records").glob("*.json")):
-            try:
-                rec = json.loads(path.read_text())
-            except (OSError, ValueError):
-                continue
-            if not isinstance(rec, dict) or rec.get("reused_from") or metric not in rec.get("metrics", {}):
+        found = load_records(d)
+        for path, rec in zip(found.paths, found):
+            if rec.get("reused_from") or metric not in (rec.get("metrics") or {}):
                 continue
             if clean_only and (rec.get("git") or {}).get("dirty"):
                 continue

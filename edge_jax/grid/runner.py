@@ -45,6 +45,8 @@ from typing import Any, Callable, Iterable
 from edge_jax import distributed
 from edge_jax.errors import Preempted, UserError, one_line
 from edge_jax.grid import locks
+from edge_jax.grid.post import PostCannotRun
+from edge_jax.grid.records import has_record, load_records
 from edge_jax.grid.reuse import find_identical_run, sibling_outputs
 from edge_jax.grid.spec import Grid
 from edge_jax.grid.stages import data_key
@@ -142,7 +144,7 @@ def run_grid(grid: Grid, out: str | Path, units: Iterable[Unit], *,
     summary = RunSummary()
     for i, unit in enumerate(units):
         tag, path, lock = f"[{i + 1}/{len(units)}] {unit.label}", record_path(out, unit), lock_path(out, unit)
-        if distributed.on_lead(f"record {unit.name}", path.exists):
+        if distributed.on_lead(f"record {unit.name}", lambda: has_record(path, log)):
             log(f"{tag}: skipped, record exists ({path})")
             summary.skipped.append(unit)
             continue
@@ -150,7 +152,7 @@ def run_grid(grid: Grid, out: str | Path, units: Iterable[Unit], *,
             if holder is not None:   # its holder runs it and writes its record
                 log(f"{tag}: being run by {locks.who(holder)} (lock {lock}); skipped")
                 summary.held.append(unit)
-            elif distributed.on_lead(f"record {unit.name} locked", path.exists):
+            elif distributed.on_lead(f"record {unit.name} locked", lambda: has_record(path, log)):
                 log(f"{tag}: skipped, record exists ({path}; written by another process meanwhile)")
                 summary.skipped.append(unit)
             else:
@@ -253,7 +255,7 @@ def run_unit(grid: Grid, unit: Unit, out: str | Path, *,
     }
     try:    # stored so that a record alone gives it, without its workdir (reused, copied, or on another host)
         record["vocab_size"] = resolved_vocab_size(record)
-    except UserError:
+    except PostCannotRun:
         pass    # a train function that writes no config.json; readers then say so
     write_json_atomic(record_path(out, unit), record)
     if distributed.is_lead():
@@ -314,23 +316,6 @@ def check_out_dir(grid: Grid, out: str | Path) -> None:
                 f"not {grid.name!r} preset {grid.preset!r}; use another --out")
 
 
-def load_records(out: str | Path, log: Callable[[str], None] | None = None) -> list[dict]:
-    """Every readable record under OUT/records, in file-name order."""
-    records = []
-    for path in sorted((Path(out) / "records").glob("*.json")):
-        try:
-            rec = json.loads(path.read_text())
-        except (OSError, ValueError) as e:
-            if log:
-                log(f"warning: unreadable record {path}: {e}")
-            continue
-        if isinstance(rec, dict) and "cell" in rec and "seed" in rec:
-            records.append(rec)
-        elif log:
-            log(f"warning: {path} is not a grid record")
-    return records
-
-
 def read_curves(metrics_path: str | Path) -> dict[str, list[list[float]]]:
     """[[step, value], ...] for val_loss (eval lines) and loss (train lines).
 
@@ -353,15 +338,16 @@ def read_curves(metrics_path: str | Path) -> dict[str, list[list[float]]]:
 def resolved_vocab_size(record: dict) -> int:
     """A record's vocabulary size: its config's, else the ``vocab_size`` the runner stores beside it
     (configs keep 0 when the tokenizer sets it), else the run's own ``config.json`` (records written
-    before the runner stored it)."""
+    before the runner stored it). None of them: :class:`PostCannotRun` (a post hook that needs it keeps its
+    outputs)."""
     vocab = int(record["config"].get("model", {}).get("vocab_size") or 0) or int(record.get("vocab_size") or 0)
     path = Path(record.get("workdir") or "") / "config.json"
     if vocab <= 0 and record.get("workdir") and path.exists():
         vocab = int(json.loads(path.read_text())["model"]["vocab_size"])
     if vocab <= 0:
-        raise UserError(f"vocabulary size unknown for the {record.get('cell')} seed {record.get('seed')} record: "
-                        f"it stores none and its workdir {record.get('workdir')} has no config.json; rerun the "
-                        f"cell, or rebuild the tables with --no-post")
+        raise PostCannotRun(f"vocabulary size unknown for the {record.get('cell')} seed {record.get('seed')} "
+                            f"record: it stores none and its workdir {record.get('workdir')} has no config.json "
+                            "here; rerun the cell")
     return vocab
 
 

@@ -8,7 +8,8 @@ smallest difference the seeds could detect and the seeds each within-noise pair 
 (:mod:`edge_jax.grid.power`), Kendall's tau, and every
 ordering the paper claims that our seeds significantly contradict (a ``disagree`` verdict), written as
 the paper's claim, ``paper says a > b`` (ours: b above a), with the reason written in the ablation file
-(``explanations``). The README's summary table is this command's output (stdout); a line per ablation
+(``explanations``); record files that could not be read are named in stderr and at the end of the row. The
+README's summary table is this command's output (stdout); a line per ablation
 file goes to stderr as it is read.
 """
 from __future__ import annotations
@@ -21,6 +22,7 @@ import sys
 from pathlib import Path
 from typing import Callable
 
+from edge_jax.errors import UserError
 from edge_jax.grid import runner, spec, tables, verdicts
 from edge_jax.grid.command import default_out
 
@@ -32,6 +34,7 @@ class Row:
     table: tables.Table | None = None
     problem: str = ""            # why there is no table (no such preset, no records)
     out: str = ""                # the grid's output directory, where its table.md is
+    unreadable: list[str] = dataclasses.field(default_factory=list)   # record files that could not be read
 
 
 def summarize(ablations: str | Path, results: str | Path, preset: str = "tiny",
@@ -50,10 +53,13 @@ def summarize(ablations: str | Path, results: str | Path, preset: str = "tiny",
             continue
         out = Path(results) / default_out(grid).name
         records = runner.load_records(out, log)
+        unreadable = [p.as_posix() for p, _ in records.unreadable]
         if not records:
-            rows.append(Row(grid.name, str(path), problem="no records yet"))
+            rows.append(Row(grid.name, str(path), problem="no records yet" if not unreadable else
+                            "no readable record", unreadable=unreadable))
             continue
-        rows.append(Row(grid.name, str(path), tables.build_table(grid, records), out=out.as_posix()))
+        rows.append(Row(grid.name, str(path), tables.build_table(grid, records), out=out.as_posix(),
+                        unreadable=unreadable))
     return rows
 
 
@@ -65,7 +71,7 @@ def markdown(rows: list[Row]) -> str:
     for row in rows:
         t = row.table
         if t is None:
-            lines.append(f"| {row.grid} | | | | | | | | | | {_cell(row.problem)} |")
+            lines.append(f"| {row.grid} | | | | | | | | | | {_cell(_with_unreadable(row.problem, row))} |")
             continue
         counts = verdicts.counts(t.pairs)
         seeds = min((r.stats[t.grid.metric].n for r in t.rows), default=0)
@@ -73,8 +79,16 @@ def markdown(rows: list[Row]) -> str:
         lines.append(f"| [{row.grid}]({row.out}/table.md) | {len(t.rows)} | {seeds} | "
                      f"{tables.commits(t.records)} | {counts['agree']} | {counts['disagree']} | "
                      f"{counts['within noise']} | {_detectable(t.pairs)} | {_needs(t.pairs)} | {tau} | "
-                     f"{_cell(_last_column(t, counts))} |")
+                     f"{_cell(_with_unreadable(_last_column(t, counts), row))} |")
     return "\n".join(lines) + "\n"
+
+
+def _with_unreadable(text: str, row: Row) -> str:
+    """``text``, then the record files of the grid that could not be read (``1 unreadable record: PATH``)."""
+    if not row.unreadable:
+        return text
+    n = len(row.unreadable)
+    return f"{text}; {n} unreadable record{'s' if n > 1 else ''}: {', '.join(row.unreadable)}"
 
 
 def _detectable(pairs: list[verdicts.Pair]) -> str:
@@ -130,6 +144,9 @@ def run(args: argparse.Namespace) -> int:
     if not Path(args.ablations).is_dir():
         print(f"error: no ablations directory {args.ablations}; pass --ablations DIR")
         return 2
+    if not Path(args.results).is_dir():
+        raise UserError(f"--results {args.results} does not exist; pass the directory the grids wrote their "
+                        "outputs to (default: results, beside ablations/)")
     print(markdown(summarize(args.ablations, args.results, args.preset, log=_progress)), end="")
     return 0
 

@@ -10,7 +10,7 @@ def test_a_record_written_before_a_config_key_was_added_is_still_reused(tmp_path
     older = json.loads(json.dumps(config))
     del older["init_step"], older["data"]["stream"]
     (tmp_path / "g" / "records").mkdir(parents=True)
-    record = {"config": older, "metrics": {"val_loss": 2.0}, "data_key": "k"}
+    record = {"cell": "a", "seed": 1, "config": older, "metrics": {"val_loss": 2.0}, "data_key": "k"}
     (tmp_path / "g" / "records" / "a__seed1.json").write_text(json.dumps(record))
     found = find_identical_run([tmp_path / "g"], config, "val_loss", documents="k")
     assert found is not None and found[1]["metrics"] == {"val_loss": 2.0}

@@ -25,6 +25,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from edge_jax.config import ConfigError
+from edge_jax.grid.post import PostCannotRun, absent_inputs
 from edge_jax.infer.decode import decode_tokens, init_cache, prefill
 from edge_jax.infer.kv_state import value_arrays
 from edge_jax.models.decoder import DecoderLM, ModelConfig
@@ -210,8 +211,15 @@ def attention_report(records: list[dict], out, contexts=CONTEXTS, steps: int = D
 
 def write_attention_report(grid, records, out) -> list[Path]:
     """Grid post hook: per cell (one seed), KV-cache bytes per token from the real cache arrays and
-    greedy decode tokens/s (batch 1) at contexts 128 / 512 / 2048, MLA both naive and absorbed."""
-    return attention_report(records, out, order=list(getattr(grid, "cells", ())))
+    greedy decode tokens/s (batch 1) at contexts 128 / 512 / 2048, MLA both naive and absorbed. A cell whose
+    workdir is not here leaves decode.md and decode.png as they are (or, with none here, unwritten)."""
+    order = list(getattr(grid, "cells", ()))
+    chosen = _one_per_cell(records, order)
+    missing, outputs = absent_inputs(chosen), [Path(out) / "decode.md", Path(out) / "decode.png"]
+    if missing and (len(missing) == len(chosen) or any(p.exists() for p in outputs)):
+        raise PostCannotRun(f"{len(missing)} of the {len(chosen)} cells' workdirs are not here ({missing[0]}"
+                            f"{', ...' if len(missing) > 1 else ''}); run the grid to remeasure", outputs)
+    return attention_report(records, out, order=order)
 
 
 def _markdown(rows, notes, contexts, steps, rounds) -> str:

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import numpy as np
 
+from edge_jax.grid.post import PostCannotRun, absent_inputs
 from edge_jax.papers.plm.sparsity import parameter_usage, sparsity_sweep
 from edge_jax.utils.atomic import save_figure_atomic, write_text_atomic
 from edge_jax.utils.workdirs import workdir_labels
@@ -118,7 +119,13 @@ def run_sparsity(workdirs: list[str], out: str, labels: list[str] | None = None,
 
 
 def write_sparsity_curves(grid, records: list[dict], out) -> list[Path]:
-    """Grid post hook: the report from the ``sparsity.json`` each training run wrote (no recompute)."""
+    """Grid post hook: the report from the ``sparsity.json`` each training run wrote (no recompute). A run
+    whose sparsity.json is not here leaves the report as it is (or, with none here, unwritten)."""
+    missing = absent_inputs(records, "sparsity.json")
+    if missing:
+        raise PostCannotRun(f"{len(missing)} of the {len(records)} runs' sparsity.json are not here ({missing[0]}"
+                            f"{', ...' if len(missing) > 1 else ''}); run the grid (train.sparsity_batches > 0) "
+                            "to remeasure", [Path(out) / n for n in ("sparsity.md", "sparsity.csv", "sparsity.png")])
     groups: dict[str, list[dict]] = {}
     for r in sorted(records, key=lambda r: (list(grid.cells).index(r["cell"]), r["seed"])):
         path = os.path.join(r.get("workdir") or "", "sparsity.json")
