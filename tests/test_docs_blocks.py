@@ -57,7 +57,7 @@ def _toy_repo(tmp_path):
             (records / f"{cell}__seed{seed}.json").write_text(json.dumps(
                 {"grid": "toy", "preset": "tiny", "cell": cell, "seed": seed, "metrics": {"val_loss": v},
                  "git": {"commit": "0" * 40, "dirty": False}}))
-    (tmp_path / "results" / "bench.json").write_text(json.dumps({"cases": [{"ratio": 0.98123}]}))
+    (tmp_path / "results" / "bench.json").write_text(json.dumps({"cases": [{"ratio": 0.98123, "est. step": "1,958 ms"}]}))
     return sources.Sources(tmp_path)
 
 
@@ -69,6 +69,7 @@ def _toy_repo(tmp_path):
     ("seeds toy", "3"),
     ("p toy a b val_loss", "0.026"),
     ("json results/bench.json cases.0.ratio fmt=.3f", "0.981"),
+    ("json results/bench.json cases 0 'est. step'", "1,958 ms"),
 ])
 def test_inline_kinds(tmp_path, spec, want):
     src = _toy_repo(tmp_path)

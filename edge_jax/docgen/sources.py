@@ -11,7 +11,8 @@ format (``fmt=.2f``, ``fmt=,.0f``); ``scale=`` multiplies first (``scale=100`` f
     seeds GRID [CELL]                        the seeds a cell has (the fewest over cells without CELL)
     diff GRID A B METRIC                     the mean over paired seeds of A - B
     p GRID A B METRIC                        the paired t-test's two-sided p of A - B
-    json PATH KEY                            a value of a committed JSON file (KEY dotted: ``cases.0.ratio``)
+    json PATH KEY                            a value of a committed JSON file (KEY dotted: ``cases.0.ratio``, or
+                                             one argument per level: ``v5p-128 rows meki_4b "est. step"``)
 """
 from __future__ import annotations
 
@@ -136,11 +137,16 @@ def p(src: Sources, grid: str, a: str, b: str, metric: str) -> str:
 
 
 @DOC_BLOCKS.register("json")
-def json_value(src: Sources, rel: str, key: str, scale: str = "1", fmt: str = "") -> str:
+def json_value(src: Sources, rel: str, *key: str, scale: str = "1", fmt: str = "") -> str:
+    """The value at ``key`` in a committed JSON file: one dotted key (``cases.0.ratio``), or one argument per
+    level for keys that hold dots or spaces (``v5p-128 rows meki_4b "est. step"``)."""
+    if not key:
+        raise DocBlockError(f"json {rel}: name the value, e.g. json {rel} cases.0.ratio")
+    parts = key[0].split(".") if len(key) == 1 else list(key)
     value = src.json(rel)
-    for part in key.split("."):
+    for part in parts:
         try:
             value = value[int(part)] if isinstance(value, list) else value[part]
         except (KeyError, IndexError, ValueError, TypeError):
-            raise DocBlockError(f"{rel} has no {key!r} (stopped at {part!r})") from None
+            raise DocBlockError(f"{rel} has no {'.'.join(parts)!r} (stopped at {part!r})") from None
     return value if isinstance(value, str) else number(value, scale, fmt)
