@@ -2,7 +2,7 @@
 
 PLM §7.1 / App. D: MLA caches (d_c + d_rope) values per token per layer instead of GQA's
 2 x n_kv_heads x head_dim, at the price of more compute per step. Three decoders of one shape are
-timed interleaved (:func:`edge_jax.utils.timing.time_interleaved`) at several contexts:
+timed interleaved (:func:`edge_jax.utils.timing.samples_interleaved`) at several contexts:
 
 * ``naive``: MLA decompressing every cached latent into per-head keys and values each step
   (``mla_absorb=False``; O(S d_c H K) per step);
@@ -13,6 +13,10 @@ timed interleaved (:func:`edge_jax.utils.timing.time_interleaved`) at several co
 
 Default shape: PLM-1.8B's attention (d_model 2048, 16 heads x (128 + 64 rope), d_c 512) with 2
 layers, d_ff 2048 and vocabulary 4096. Parameters are random (normal, std 0.02; norm scales 1).
+
+Each variant's speed is its median over the rounds; since a round times the three back to back, the
+ratios are also taken per round, and the report gives their median and spread (25th-75th percentile).
+``--json`` writes the same numbers as ``result`` (:func:`to_json`).
 
 The caches are not prefilled: their arrays are filled with random normal values and their first
 ``context`` slots marked filled. A decode step's cost does not depend on the cached values (the same
@@ -32,6 +36,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import statistics
 
 import flax.linen as nn
 import jax
@@ -44,7 +49,8 @@ from edge_jax.infer.decode import decode_tokens, init_cache
 from edge_jax.layers.kernels.mla_decode import mla_decode, mla_decode_xla
 from edge_jax.papers.plm.cli import DEFAULT_CONTEXTS, DEFAULT_STEPS
 from edge_jax.papers.plm.kv_cache import cache_bytes, gqa_twin
-from edge_jax.utils.timing import time_interleaved
+from edge_jax.utils.atomic import write_json_atomic
+from edge_jax.utils.timing import samples_interleaved
 
 DEFAULT_SHAPE = dict(vocab_size=4096, d_model=2048, n_layers=2, n_heads=16, head_dim=128, d_ff=2048,
                      d_rope=64, kv_lora_rank=512)
@@ -116,7 +122,8 @@ def _init(model, seed: int):
 
 def measure(mla, gqa, contexts=DEFAULT_CONTEXTS, steps: int = DEFAULT_STEPS, repeats: int = DEFAULT_REPEATS,
             batch: int = 1, seed: int = 0) -> dict:
-    """Per context: tokens/s of each variant (median over interleaved rounds) and cache MB/sequence."""
+    """Per context: tokens/s of each variant (median over interleaved rounds), the per-round ratios'
+    median and 25th-75th percentiles, and cache MB/sequence."""
     from edge_jax.models.decoder import DecoderLM
     models = {"naive": DecoderLM(dataclasses.replace(mla, mla_absorb=False)),
               "absorbed": DecoderLM(dataclasses.replace(mla, mla_absorb=True)), "gqa": DecoderLM(gqa)}
@@ -138,12 +145,17 @@ def measure(mla, gqa, contexts=DEFAULT_CONTEXTS, steps: int = DEFAULT_STEPS, rep
                 return jax.tree_util.tree_leaves(state[name])
             return run
 
-        secs = time_interleaved({name: round_fn(name) for name in VARIANTS}, repeats, steps)
+        samples = samples_interleaved({name: round_fn(name) for name in VARIANTS}, repeats, steps)
+        secs = {name: statistics.median(s) for name, s in samples.items()}
         tok_s = {name: batch / s for name, s in secs.items()}
+        rounds = {other: np.asarray(samples[other]) / np.asarray(samples["absorbed"]) for other in ("naive", "gqa")}
         out[ctx] = {"tokens_per_s": tok_s, "ms_per_step": {n: s * 1e3 for n, s in secs.items()},
                     "cache_mb": {"mla": mb["naive"], "gqa": mb["gqa"]}, "slots": slots,
                     "absorbed_vs_naive": tok_s["absorbed"] / tok_s["naive"],
-                    "absorbed_vs_gqa": tok_s["absorbed"] / tok_s["gqa"]}
+                    "absorbed_vs_gqa": tok_s["absorbed"] / tok_s["gqa"],
+                    "round_ratio": {f"absorbed_vs_{k}": float(np.median(v)) for k, v in rounds.items()},
+                    "round_ratio_p25_p75": {f"absorbed_vs_{k}": [float(q) for q in np.percentile(v, [25, 75])]
+                                            for k, v in rounds.items()}}
         state.clear()  # free this context's caches before the next one's
     return out
 
@@ -172,9 +184,25 @@ def format_report(mla, gqa, r: dict, steps: int, repeats: int, batch: int) -> st
     ratio = r[last]["absorbed_vs_naive"]
     at = "8K" if last == 8192 else f"{last} (largest context given; the goal is stated at 8K)"
     lines.append(f"  absorbed >= {GOAL}x naive at {at}: {'met' if ratio >= GOAL else 'NOT met'} ({ratio:.2f}x)")
+    lines.append(f"  per-round ratios, median [p25-p75] over {repeats} rounds: " + "; ".join(
+        f"{ctx}: absorbed/naive {_spread(x, 'naive')}, absorbed/{twin} {_spread(x, 'gqa')}" for ctx, x in r.items()))
     lines.append(f"  ms/step at {last}: " + ", ".join(f"{n} {r[last]['ms_per_step'][n]:.2f}" for n in VARIANTS)
                  + f"; naive and {twin} attend over all {r[last]['slots']} cache slots, absorbed over the filled ones")
     return "\n".join(lines)
+
+
+def _spread(x: dict, other: str) -> str:
+    key = f"absorbed_vs_{other}"
+    lo, hi = x["round_ratio_p25_p75"][key]
+    return f"{x['round_ratio'][key]:.2f} [{lo:.2f}-{hi:.2f}]"
+
+
+def to_json(mla, gqa, r: dict, steps: int, repeats: int, batch: int) -> dict:
+    """What ``--json`` keeps as ``result``: the shape and settings, then every measured number by context."""
+    shape = {k: getattr(mla, k) for k in ("d_model", "n_layers", "n_heads", "head_dim", "d_rope", "kv_lora_rank",
+                                         "d_ff", "vocab_size", "dtype", "kernels")}
+    return {"shape": {**shape, "twin_kv_heads": gqa.n_kv_heads}, "batch": batch, "decode_steps": steps,
+            "repeats": repeats, "goal_absorbed_vs_naive": GOAL, "contexts": {str(ctx): x for ctx, x in r.items()}}
 
 
 def run(args, overrides) -> str:
@@ -182,6 +210,8 @@ def run(args, overrides) -> str:
         raise ConfigError("--config.* overrides do not apply to mla-decode; use its size flags (--d-model, ...)")
     mla, gqa, contexts, steps = bench_configs(args)
     r = measure(mla, gqa, contexts, steps, args.repeats, args.batch)
+    if getattr(args, "json", None):
+        write_json_atomic(args.json, to_json(mla, gqa, r, steps, args.repeats, args.batch))
     return format_report(mla, gqa, r, steps, args.repeats, args.batch)
 
 

@@ -89,4 +89,4 @@ BENCHMARKS.register("mla-decode", Benchmark(
     help="MLA (naive, absorbed) vs its MHA twin. Also takes --d-model, --layers, --heads, --kv-heads (the twin's; "
          "default --heads), --head-dim, --d-ff, --vocab, --batch, --dtype, --repeats; default shape: d_model 2048, "
          "2 layers, 16 heads x 128, d_ff 2048, vocab 4096",
-    run="edge_jax.papers.plm.bench:run", add_arguments=_bench_arguments))
+    run="edge_jax.papers.plm.bench:run", add_arguments=_bench_arguments, writes_json=True))

@@ -54,3 +54,20 @@ def _args(*extra):
     parser = argparse.ArgumentParser()
     command.add_arguments(parser)
     return parser.parse_args(["mla-decode", *TINY, *extra])
+
+
+def test_json_keeps_measurements_report_and_provenance(tmp_path, capsys):
+    import json
+    out = tmp_path / "bench.json"
+    assert main(["bench", "mla-decode", *TINY, "--repeats", "3", "--contexts", "16,24", "--json", str(out)]) == 0
+    printed = capsys.readouterr().out
+    d = json.loads(out.read_text())
+    assert d["report"].strip() == printed.strip() and "per-round ratios, median [p25-p75] over 3 rounds" in printed
+    assert d["provenance"]["command"] and d["provenance"]["date"]
+    r = d["result"]
+    assert r["shape"]["kv_lora_rank"] == 8 and r["repeats"] == 3 and sorted(r["contexts"]) == ["16", "24"]
+    x = r["contexts"]["24"]
+    t = x["tokens_per_s"]
+    assert abs(x["absorbed_vs_naive"] - t["absorbed"] / t["naive"]) < 1e-9
+    lo, hi = x["round_ratio_p25_p75"]["absorbed_vs_naive"]
+    assert 0 < lo <= x["round_ratio"]["absorbed_vs_naive"] <= hi
