@@ -17,6 +17,10 @@ Splits: ~2% of the files (by a hash of their relative path) are validation when 
 non-empty; otherwise ~2% of the records of every file are (by a hash of the file and the record's
 row or byte offset), and for text files the last ~2% of every file. ``file_source``'s key hashes every
 file's relative path, size and modification time, and the text field, so token caches follow the files.
+
+Text must be UTF-8: a line (JSONL), row (parquet) or file (text) that is not, a gzip file under a plain
+name, a ``.gz`` file that is not gzip, and a truncated or damaged gzip stream are each a one-line
+DataError naming the file, the line (or row, or byte offset) and the fix.
 """
 from __future__ import annotations
 
@@ -26,7 +30,8 @@ import gzip
 import hashlib
 import json
 import os
-from typing import Iterator
+import zlib
+from typing import Callable, Iterator
 
 from edge_jax.data.errors import DataError
 from edge_jax.data.pieces import Piece, split_counts
@@ -69,10 +74,35 @@ def _text(value, where: str, key: str) -> str:
     return value
 
 
+UTF8_FIX = "re-encode it as UTF-8 (e.g. iconv -f latin1 -t utf-8 old > new)"
+GZIP_MAGIC = b"\x1f\x8b"
+
+
+class NotUTF8(DataError):
+    """Text that is not UTF-8 (a one-line message naming where it is and the fix)."""
+
+
+def not_utf8(where: str, e: UnicodeDecodeError, fix: str = UTF8_FIX, line_start: int = 0) -> NotUTF8:
+    """The one-line error for the undecodable text ``e`` found at ``where`` (its line starting at byte
+    ``line_start`` of what was decoded)."""
+    return NotUTF8(f"{where} is not UTF-8 text (byte 0x{e.object[e.start]:02x} at column {e.start - line_start + 1}: "
+                   f"{e.reason}); {fix}")
+
+
+def utf8(data: bytes | str, where: str) -> str:
+    """``data`` decoded as UTF-8 (a leading byte-order mark dropped); a one-line NotUTF8 naming ``where``."""
+    if isinstance(data, str):
+        return data
+    try:
+        return data.decode("utf-8-sig")
+    except UnicodeDecodeError as e:
+        raise not_utf8(where, e) from None
+
+
 def jsonl_record(line: bytes | str, where: str) -> dict:
     """One JSON-lines line as an object; a one-line DataError naming ``where`` when it is not one."""
     try:
-        record = json.loads(line)
+        record = json.loads(utf8(line, where))
     except json.JSONDecodeError as e:
         raise DataError(f"{where} is not JSON ({e.msg}); each line must be one JSON object") from None
     if not isinstance(record, dict):
@@ -86,6 +116,70 @@ def jsonl_records(lines, where: str) -> Iterator[tuple[int, dict]]:
     for i, line in enumerate(lines, 1):
         if line.strip():
             yield i, jsonl_record(line, f"{where} line {i}")
+
+
+def is_gzip(path: str) -> bool:
+    """Whether the file ``path`` starts with gzip's magic bytes."""
+    with epath(path).open("rb") as f:
+        return f.read(2) == GZIP_MAGIC
+
+
+def gzip_named_plain(path: str, name: str) -> DataError | None:
+    """The error for a gzip file under a plain name (``name``: how messages call it), else None."""
+    if path.endswith(".gz") or not is_gzip(path):
+        return None
+    return DataError(f"{name} is gzip-compressed, but its name does not end in .gz; rename it to "
+                     f"{os.path.basename(path)}.gz (or gunzip it)")
+
+
+def lines_of(f, raw, name: str, line: int | None = 0) -> Iterator[bytes]:
+    """The lines of the binary file ``f`` (a ``gzip.GzipFile`` over ``raw``, or ``raw`` itself). A gzip
+    stream that is truncated or damaged, or a .gz file that is not gzip, is a one-line DataError naming
+    ``name``, the byte of the compressed file where it broke and the last whole line read (``line``:
+    the line number before the first line read, None when not known)."""
+    while True:
+        try:
+            text = f.readline()
+        except (EOFError, OSError, zlib.error) as e:
+            if f is raw:
+                raise
+            raise gzip_error(f, raw, name, line, e) from None
+        if not text:
+            return
+        line = None if line is None else line + 1
+        yield text
+
+
+def gzip_error(f, raw, name: str, line: int | None, e: BaseException) -> DataError:
+    raw.seek(0)
+    if raw.read(2) != GZIP_MAGIC:
+        return DataError(f"{name} is not gzip-compressed, but its name ends in .gz; rename it without .gz")
+    at = raw.seek(0, os.SEEK_END)
+    after = f"after line {line}" if line is not None else "mid-file"
+    if isinstance(e, EOFError):
+        return DataError(f"{name} is a truncated gzip file: its compressed data ends at byte {at} before the "
+                         f"end-of-stream marker ({after}); download it again or recompress the whole file "
+                         "(`gzip -t` checks one)")
+    return DataError(f"{name} is a damaged gzip file ({one_line(e)}; {after}, file size {at} bytes); "
+                     "download it again (`gzip -t` checks one)")
+
+
+def arrow_pylist(data, where: Callable[[int], str]) -> list:
+    """``data.to_pylist()`` of an arrow array or table; a one-line NotUTF8 naming ``where(row)`` of the
+    first value whose text is not UTF-8 (pyarrow checks UTF-8 when it writes, not when it reads)."""
+    try:
+        return data.to_pylist()
+    except UnicodeDecodeError as e:
+        first = e
+    for i in range(len(data)):
+        try:
+            data.slice(i, 1).to_pylist()
+        except UnicodeDecodeError as e:
+            first, row = e, i
+            break
+    else:
+        row = 0
+    raise not_utf8(where(row), first, "rewrite the column as UTF-8 text") from None
 
 
 def parquet_file(f, path: str):
@@ -169,7 +263,8 @@ class FileReader:
             at = first
             for group in groups:   # one row group at a time: a reader holds one group's column, not a piece's
                 for batch in pf.iter_batches(batch_size=PARQUET_BATCH, columns=[key], row_groups=[group]):
-                    for value in batch.column(0).to_pylist():
+                    values = arrow_pylist(batch.column(0), lambda i, at=at: f"{rel} row {at + i} field '{key}'")
+                    for value in values:
                         if row <= at < stop:
                             text = _text(value, f"{rel} row {at}", key)
                             if text and self._keep(rel, at):
@@ -183,21 +278,28 @@ class FileReader:
         with epath(path).open("rb") as raw:
             f = gzip.GzipFile(fileobj=raw) if path.endswith(".gz") else raw
             line_no = 0 if offset == 0 else None     # line numbers are known when reading from the start
-            if offset == piece.start and offset > 0:
-                f.seek(offset - 1)
-                f.readline()                          # the line that began in the previous piece
-            else:
-                f.seek(offset)
+            try:
+                if offset == piece.start and offset > 0:
+                    f.seek(offset - 1)
+                    f.readline()                      # the line that began in the previous piece
+                else:
+                    f.seek(offset)
+            except (EOFError, OSError, zlib.error) as e:
+                if f is raw:
+                    raise
+                raise gzip_error(f, raw, rel, None, e) from None
             at = f.tell()
-            while piece.stop < 0 or at < piece.stop:
-                line = f.readline()
-                if not line:
+            for line in lines_of(f, raw, rel, line_no):
+                if piece.stop >= 0 and at >= piece.stop:
                     return
                 line_no = None if line_no is None else line_no + 1
                 nxt = at + len(line)
                 if line.strip():
                     where = f"{rel} line {line_no}" if line_no else f"{rel} byte {at}"
-                    record = jsonl_record(line, where)
+                    try:
+                        record = jsonl_record(line, where)
+                    except NotUTF8 as e:
+                        raise gzip_named_plain(path, rel) or e from None
                     if key not in record:
                         raise DataError(f"{where} has no field '{key}' (it has {', '.join(sorted(record))}); "
                                         "set data.text_key")
@@ -209,8 +311,14 @@ class FileReader:
     def _textfile(self, piece: Piece, position: int) -> Iterator[tuple[str, int]]:
         if position > 0:
             return
-        with epath(self.paths[piece.unit]).open("rb") as f:
-            text = f.read().decode("utf-8", errors="replace")
+        rel, path = self.rels[piece.unit], self.paths[piece.unit]
+        with epath(path).open("rb") as f:
+            data = f.read()
+        try:
+            text = data.decode("utf-8-sig")
+        except UnicodeDecodeError as e:
+            line, start = data.count(b"\n", 0, e.start) + 1, data.rfind(b"\n", 0, e.start) + 1
+            raise gzip_named_plain(path, rel) or not_utf8(f"{rel} line {line}", e, line_start=start) from None
         if not self.by_file:  # too few files to split by file: the last ~2% of each file
             cut = len(text) - len(text) * VALIDATION_PER_MILLE // 1000
             cut = text.rfind("\n", 0, cut) + 1 or cut  # from a line start where there is one

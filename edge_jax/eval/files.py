@@ -6,8 +6,9 @@ the published field names (docs/eval.md has the table). Nothing is downloaded: a
 directory or split is a one-line :class:`TaskError` naming the path and the files expected; a
 record that lacks a field the task reads, or holds a value its format cannot score (a label out of
 range, null or empty text, ...), is a one-line :class:`~edge_jax.eval.validate.RecordError` naming
-the file, the line (parquet: the row) and the field (a line that is not a JSON object is the data
-layer's one-line :class:`~edge_jax.data.DataError`).
+the file, the line (parquet: the row) and the field (a line that is not a JSON object or not UTF-8
+text, a gzip file under a plain name and a truncated ``.gz`` are the data layer's one-line
+:class:`~edge_jax.data.DataError`, naming the file and the line).
 """
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ import glob
 import gzip
 import os
 
-from edge_jax.data.file_sources import jsonl_records
+from edge_jax.data.file_sources import NotUTF8, arrow_pylist, gzip_named_plain, jsonl_records, lines_of
 from edge_jax.eval.tasks import TaskError
 from edge_jax.eval.validate import check_documents
 
@@ -35,10 +36,14 @@ def _read(path: str) -> list[tuple[str, dict]]:
     file's own line numbers) or ``<path> row N`` (parquet, from 1)."""
     if path.endswith(".parquet"):
         import pyarrow.parquet as pq
-        return [(f"{path} row {i}", r) for i, r in enumerate(pq.read_table(path).to_pylist(), 1)]
-    opener = gzip.open if path.endswith(".gz") else open
-    with opener(path, "rt", encoding="utf-8") as f:
-        return [(f"{path} line {i}", record) for i, record in jsonl_records(f, path)]
+        rows = arrow_pylist(pq.read_table(path), lambda i: f"{path} row {i + 1}")
+        return [(f"{path} row {i}", r) for i, r in enumerate(rows, 1)]
+    with open(path, "rb") as raw:
+        f = gzip.GzipFile(fileobj=raw) if path.endswith(".gz") else raw
+        try:
+            return [(f"{path} line {i}", record) for i, record in jsonl_records(lines_of(f, raw, path), path)]
+        except NotUTF8 as e:
+            raise gzip_named_plain(path, path) or e from None
 
 
 def read_split(data_dir: str, task: str, split: str, fields: tuple[str, ...]) -> list[dict]:

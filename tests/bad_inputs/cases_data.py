@@ -1,7 +1,9 @@
-"""Bad data: unknown dataset names, missing or malformed files, wrong columns, missing tokenizers.
+"""Bad data: unknown dataset names, missing or malformed files, wrong columns, text that is not UTF-8,
+gzip files under the wrong name or truncated, missing tokenizers.
 
 The file corpora are written under {tmp} by each row's setup; `train` reads them with
-`--config.data.name=jsonl:<glob>` (or parquet:) and `data prepare` the same."""
+`--config.data.name=jsonl:<glob>` (or parquet:) and `data prepare` the same (into {tmp}/tok)."""
+import gzip
 import json
 
 from harness import TINY_CONFIG, Case, train
@@ -25,6 +27,51 @@ def _parquet(columns: dict, name: str = "p/a.parquet"):
     return setup
 
 
+def _raw(name: str, make):
+    """setup: {tmp}/``name`` holding ``make()``'s bytes."""
+    def setup(ctx):
+        path = ctx.tmp / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(make())
+    return setup
+
+
+def _lines(*records) -> bytes:
+    return b"".join((r if isinstance(r, bytes) else json.dumps(r).encode()) + b"\n" for r in records)
+
+
+def _random_bytes() -> bytes:
+    import numpy as np
+    return _lines({"text": TEXT}) + np.random.default_rng(0).integers(0, 256, 4096, dtype=np.uint8).tobytes()
+
+
+def _latin1() -> bytes:
+    return _lines({"text": TEXT}, json.dumps({"text": "caf\u00e9 " + TEXT}, ensure_ascii=False).encode("latin-1"))
+
+
+def _gzipped() -> bytes:
+    return gzip.compress(_lines(*[{"text": TEXT}] * 8))
+
+
+def _truncated_gzip() -> bytes:
+    data = gzip.compress(_lines(*[{"text": TEXT + str(i)} for i in range(200)]))
+    return data[:len(data) * 2 // 3]
+
+
+def _not_utf8_parquet(ctx):
+    """setup: {tmp}/p/a.parquet whose text column holds one value that is not UTF-8 (pyarrow checks
+    UTF-8 when it builds a column from Python strings, not from buffers)."""
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    values = [TEXT.encode()] * 3 + [b"caf\xe9"]
+    offsets = np.cumsum([0] + [len(v) for v in values]).astype(np.int32)
+    column = pa.Array.from_buffers(pa.string(), len(values), [None, pa.py_buffer(offsets.tobytes()),
+                                                              pa.py_buffer(b"".join(values))])
+    (ctx.tmp / "p").mkdir()
+    pq.write_table(pa.table({"text": column}), str(ctx.tmp / "p" / "a.parquet"))
+
+
 def _data(*pairs: str) -> list[str]:
     return train(*(f"--config.data.{p}" for p in pairs))
 
@@ -42,6 +89,39 @@ def _prepare(*pairs: str) -> list[str]:
 # and tokenizer) before it reads the data; a rerun with the data fixed takes them over.
 CLAIMED = ("run/config.json", "run/tokenizer.json")
 TEXT = "def f(x):\n    return x + 1\n" * 20
+REENCODE = "re-encode it as UTF-8"
+PIECES = ("tok/*/[0-9]*.bin",)   # `data prepare` keeps the shards it finished before the bad record
+NOT_UTF8 = {
+    "random_bytes": (_random_bytes, ("a.jsonl line 2 is not UTF-8 text", REENCODE),
+                     ("a.jsonl byte ", "is not UTF-8 text", REENCODE)),
+    "latin1_line": (_latin1, ("a.jsonl line 2 is not UTF-8 text (byte 0xe9 at column 14", REENCODE),
+                    ("is not UTF-8 text (byte 0xe9 at column 14", REENCODE)),
+    "gzip_named_jsonl": (_gzipped, "a.jsonl is gzip-compressed, but its name does not end in .gz; rename it to "
+                                   "a.jsonl.gz", "rename it to a.jsonl.gz"),
+}
+UNDECODABLE = [
+    row for what, (make, says, says_prepare) in NOT_UTF8.items() for row in (
+        _row(f"jsonl_{what}", _data("name=jsonl:{tmp}/d/*.jsonl"), says, setup=_raw("d/a.jsonl", make)),
+        Case(f"jsonl_{what}_prepare", _prepare("name=jsonl:{tmp}/d/*.jsonl", "tokens_dir={tmp}/tok"), says_prepare,
+             setup=_raw("d/a.jsonl", make), changes=PIECES))
+] + [
+    _row("jsonl_gz_truncated", _data("name=jsonl:{tmp}/d/*.jsonl.gz"),
+         ("a.jsonl.gz is a truncated gzip file", "ends at byte ", "after line ", "download it again"),
+         setup=_raw("d/a.jsonl.gz", _truncated_gzip)),
+    Case("jsonl_gz_truncated_prepare", _prepare("name=jsonl:{tmp}/d/*.jsonl.gz", "tokens_dir={tmp}/tok"),
+         ("a.jsonl.gz is a truncated gzip file", "download it again"), setup=_raw("d/a.jsonl.gz", _truncated_gzip)),
+    _row("jsonl_gz_not_gzip", _data("name=jsonl:{tmp}/d/*.jsonl.gz"),
+         "a.jsonl.gz is not gzip-compressed, but its name ends in .gz; rename it without .gz",
+         setup=_raw("d/a.jsonl.gz", lambda: _lines({"text": TEXT}))),
+    _row("text_latin1_line", _data("name=text:{tmp}/t/*.txt"), ("a.txt line 81 is not UTF-8 text", REENCODE),
+         setup=_raw("t/a.txt", lambda: TEXT.encode() * 2 + "caf\u00e9\n".encode("latin-1") + TEXT.encode())),
+    _row("parquet_text_not_utf8", _data("name=parquet:{tmp}/p/*.parquet"),
+         ("a.parquet row 3 field 'text' is not UTF-8 text", "rewrite the column as UTF-8"),
+         setup=_not_utf8_parquet),
+    Case("parquet_text_not_utf8_prepare", _prepare("name=parquet:{tmp}/p/*.parquet", "tokens_dir={tmp}/tok"),
+         "a.parquet row 3 field 'text' is not UTF-8 text", setup=_not_utf8_parquet, changes=PIECES),
+]
+
 CASES = [
     # dataset names
     _row("dataset_unknown", _data("name=pystdlb"), "unknown dataset 'pystdlb'; did you mean 'pystdlib'?"),
@@ -72,4 +152,5 @@ CASES = [
     Case("tokenizer_hf_file_missing", _data("tokenizer=hf:{tmp}/tokenizer.json"), "file not found"),
     Case("tokenizer_spec_unknown", _data("tokenizer=bpe"), "unknown tokenizer spec 'bpe'"),
     Case("tokenizer_spm_vocab_too_small", _data("tokenizer=spm:100"), "bad tokenizer spec 'spm:100'"),
+    *UNDECODABLE,
 ]
