@@ -12,11 +12,15 @@ interleaved in one run (:func:`edge_jax.utils.timing.time_interleaved`):
 * ``train_form``: MeKi as trained (memory + SwiGLU projection evaluated every step, on the device).
 
 A round decodes ``new_tokens`` tokens from a copy of the prefilled cache (prefill is not timed); every
-step brings its token to the host, as a streaming generator does. Parameters are random (init).
+step brings its token to the host, as a streaming generator does. Parameters are random (init). The
+report gives each variant's median over the rounds and, since a round times every variant back to back,
+the spread (25th-75th percentile) of the per-round ratios to the baseline; ``--json`` writes the same
+numbers (:func:`to_json`).
 """
 from __future__ import annotations
 
 import dataclasses
+import statistics
 import time
 
 import flax.linen as nn
@@ -31,7 +35,8 @@ from edge_jax.models.inference import inference_form
 from edge_jax.models.presets import MODEL_SIZES
 from edge_jax.papers.meki.host_tables import host_tables
 from edge_jax.papers.meki.params import MEKI_PAPER
-from edge_jax.utils.timing import time_interleaved
+from edge_jax.utils.atomic import write_json_atomic
+from edge_jax.utils.timing import samples_interleaved
 
 DEFAULT_SIZE = dict(d_model=512, n_layers=8, n_heads=8, n_kv_heads=4, head_dim=64, d_ff=1536, vocab_size=32_000)
 DEFAULT_D_MEM = 64
@@ -100,7 +105,8 @@ def _call_us(fn, arg, n: int = 200) -> float:
 
 def measure(base: ModelConfig, d_mem: int, batch: int = 1, prompt: int = 64, new_tokens: int = 128,
             repeats: int = 5, seed: int = 0) -> dict:
-    """Decode tokens/s per variant (median over ``repeats`` interleaved rounds) and host-table facts."""
+    """Decode tokens/s per variant (median over ``repeats`` interleaved rounds), the per-round ratios to
+    the baseline (median and 25th-75th percentile) and host-table facts."""
     variants, info = build_variants(base, d_mem, seed)
     prompt_BT = np.random.default_rng(seed).integers(0, base.vocab_size, (batch, prompt), dtype=np.int32)
     fns, device_params = {}, {}
@@ -116,12 +122,16 @@ def measure(base: ModelConfig, d_mem: int, batch: int = 1, prompt: int = 64, new
             return jax.tree_util.tree_leaves(out)
 
         fns[name] = run_round
-    secs = time_interleaved(fns, repeats, new_tokens)
+    samples = samples_interleaved(fns, repeats, new_tokens)
+    secs = {name: statistics.median(s) for name, s in samples.items()}
+    per_round = {n: np.asarray(samples["baseline"]) / np.asarray(samples[n]) for n in VARIANTS}
+    spread = {n: [float(q) for q in np.percentile(per_round[n], [25, 75])] for n in VARIANTS}
     host, token_B1 = info.pop("host"), prompt_BT[:, :1]
     info.update(rows_us=_call_us(host.rows, token_B1), device_put_us=_call_us(host.gather, token_B1))
     tokens_per_s = {name: batch / s for name, s in secs.items()}
     return {"tokens_per_s": tokens_per_s, "ms_per_step": {n: s * 1e3 for n, s in secs.items()},
             "ratio": {n: tokens_per_s[n] / tokens_per_s["baseline"] for n in VARIANTS},
+            "round_ratio": {n: float(np.median(per_round[n])) for n in VARIANTS}, "round_ratio_p25_p75": spread,
             "device_params": device_params, **info}
 
 
@@ -144,6 +154,10 @@ def format_report(base: ModelConfig, d_mem: int, r: dict, batch: int, prompt: in
     folded = r["ratio"]["folded"]
     lines.append(f"  folded/baseline = {folded:.3f} (goal >= 0.98: {'met' if folded >= 0.98 else 'NOT met'}; "
                  f"paper 19.9/20.1 = {19.9 / 20.1:.3f})   train-form/baseline = {r['ratio']['train_form']:.3f}")
+    q = r["round_ratio_p25_p75"]
+    lines.append(f"  per-round ratio to the baseline, median [p25-p75] over {repeats} rounds: folded "
+                 f"{r['round_ratio']['folded']:.3f} [{q['folded'][0]:.3f}-{q['folded'][1]:.3f}], train-form "
+                 f"{r['round_ratio']['train_form']:.3f} [{q['train_form'][0]:.3f}-{q['train_form'][1]:.3f}]")
     V, L, M = r["table_shape"]
     L_p, M_p, b_p = PAPER_BYTES
     lines.append(f"  host table [V, L, d_mem] = {V} x {L} x {M} {r['table_dtype']} ({r['table_bytes'] / 2**20:.1f} MiB, "
@@ -156,9 +170,20 @@ def format_report(base: ModelConfig, d_mem: int, r: dict, batch: int, prompt: in
     return "\n".join(lines)
 
 
+def to_json(base: ModelConfig, d_mem: int, r: dict, batch: int, prompt: int, new_tokens: int, repeats: int) -> dict:
+    """What ``--json`` keeps as ``result``: the shape and settings, then every measured number."""
+    shape = {k: getattr(base, k) for k in ("d_model", "n_layers", "n_heads", "n_kv_heads", "head_dim", "d_ff",
+                                          "vocab_size", "dtype")}
+    return {"shape": {**shape, "d_mem": d_mem}, "batch": batch, "prompt": prompt, "new_tokens": new_tokens,
+            "repeats": repeats, **{k: (list(v) if isinstance(v, tuple) else v) for k, v in r.items()}}
+
+
 def run(args, overrides) -> str:
     if overrides:
         raise ConfigError("--config.* overrides do not apply to meki-decode; use its size flags (--d-model, ...)")
     base, d_mem = bench_config(args)
     r = measure(base, d_mem, args.batch, args.prompt, args.new_tokens, args.repeats)
-    return format_report(base, d_mem, r, args.batch, args.prompt, args.new_tokens, args.repeats)
+    report = format_report(base, d_mem, r, args.batch, args.prompt, args.new_tokens, args.repeats)
+    if getattr(args, "json", None):
+        write_json_atomic(args.json, to_json(base, d_mem, r, args.batch, args.prompt, args.new_tokens, args.repeats))
+    return report

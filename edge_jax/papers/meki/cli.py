@@ -84,4 +84,4 @@ BENCHMARKS.register("meki-decode", Benchmark(
     help="MeKi Table 1: decode speed of dense, folded MeKi and training-form MeKi. Also takes --preset, "
          "--d-model, --layers, --heads, --kv-heads, --head-dim, --d-ff, --vocab, --batch, --dtype, --repeats; "
          "default shape: d_model 512, 8 layers, 8/4 heads x 64, d_ff 1536, vocab 32000, d_mem 64",
-    run="edge_jax.papers.meki.bench:run", add_arguments=_bench_arguments))
+    run="edge_jax.papers.meki.bench:run", add_arguments=_bench_arguments, writes_json=True))

@@ -63,10 +63,17 @@ def test_host_tables_need_a_folded_model():
 
 
 def test_meki_decode_benchmark_smoke():
-    from edge_jax.papers.meki.bench import VARIANTS, format_report, measure
+    import json
+
+    from edge_jax.papers.meki.bench import VARIANTS, format_report, measure, to_json
     base = dataclasses.replace(BASE, vocab_size=128)
-    r = measure(base, d_mem=8, batch=1, prompt=4, new_tokens=3, repeats=1)
+    r = measure(base, d_mem=8, batch=1, prompt=4, new_tokens=3, repeats=2)
     assert set(r["tokens_per_s"]) == set(VARIANTS)
     assert all(np.isfinite(v) and v > 0 for v in r["tokens_per_s"].values())
     assert r["bytes_per_token"] == base.n_layers * 8 * 4
-    assert "folded/baseline" in format_report(base, 8, r, 1, 4, 3, 1)
+    assert r["round_ratio"]["baseline"] == 1.0
+    lo, hi = r["round_ratio_p25_p75"]["folded"]
+    assert lo <= r["round_ratio"]["folded"] <= hi
+    assert "folded/baseline" in format_report(base, 8, r, 1, 4, 3, 2)
+    out = json.loads(json.dumps(to_json(base, 8, r, 1, 4, 3, 2)))
+    assert out["shape"]["d_mem"] == 8 and out["ratio"]["folded"] == r["ratio"]["folded"]
