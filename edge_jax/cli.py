@@ -26,7 +26,7 @@ from typing import Callable
 from edge_jax import distributed, plugins
 from edge_jax.compile.chips import prepare_for_argv
 from edge_jax.errors import EXIT_PREEMPTED, ConfigError, Preempted, UserError
-from edge_jax.utils.args import UsageError, at_least, count, output_dir, trained_workdir
+from edge_jax.utils.args import UsageError, at_least, count, output_dir, positive, trained_workdir
 
 # Core groups that registered commands join as "GROUP NAME": group -> (help, dest of the choice).
 GROUPS = {"analyze": ("analyses of trained workdirs", "analysis")}
@@ -193,14 +193,29 @@ def _add_job_flags(parser: argparse.ArgumentParser) -> None:
                        help=f"processes in the job (${distributed.NUM_PROCESSES})")
         g.add_argument(distributed.FLAGS[distributed.PROCESS_ID], type=at_least(0), default=None, metavar="I",
                        help=f"this process's id, 0..N-1 (${distributed.PROCESS_ID})")
+        g.add_argument(distributed.JOIN_FLAG, type=positive, default=None, metavar="SECONDS",
+                       help="how long the processes wait for each other at the start before one line names the "
+                            f"missing ones (${distributed.JOIN_ENV}; default {distributed.JOIN_S:g})")
+
+
+def _joins(args) -> bool:
+    joins = getattr(args, "joins_job", True)
+    return not (joins is False or (callable(joins) and not joins(args)))
+
+
+def check_job(args) -> None:
+    """Refuse bad job settings (a coordinator address without a port, an id out of range, ...) in one line,
+    before the plugins load or anything starts (:func:`edge_jax.distributed.decide`)."""
+    if _joins(args):
+        distributed.decide(args.coordinator_address, args.num_processes, args.process_id)
+        distributed.join_timeout(args.join_timeout)
 
 
 def join_job(args) -> None:
     """Start this process's part of the job (:func:`edge_jax.distributed.start`) for a command that runs models."""
-    joins = getattr(args, "joins_job", True)
-    if joins is False or (callable(joins) and not joins(args)):
-        return
-    distributed.start(args.coordinator_address, args.num_processes, args.process_id)
+    if _joins(args):
+        distributed.start(args.coordinator_address, args.num_processes, args.process_id, args.join_timeout,
+                          workdir=getattr(args, "workdir", None))
 
 
 def _add(sub, name: str, add_parser: Callable) -> None:
@@ -220,6 +235,7 @@ def main(argv: list[str] | None = None) -> int:
         if overrides and not getattr(args, "takes_overrides", False):
             raise ConfigError(f"--config.* overrides do not apply to `{args.command}`"
                               + getattr(args, "overrides_hint", ""))
+        check_job(args)
         if getattr(args, "needs_plugins", True):
             plugins.load()
         join_job(args)

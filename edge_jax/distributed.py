@@ -24,6 +24,7 @@ copy on a host-local one). With a single process these are plain calls.
 """
 from __future__ import annotations
 
+import atexit
 import contextlib
 import contextvars
 import dataclasses
@@ -36,6 +37,7 @@ import sys
 from typing import Callable, TypeVar
 
 from edge_jax.errors import ConfigError, UserError, one_line
+from edge_jax.utils import rendezvous
 
 T = TypeVar("T")
 
@@ -44,6 +46,10 @@ FLAGS = {COORDINATOR: "--coordinator-address", NUM_PROCESSES: "--num-processes",
 SWITCH = "EDGE_JAX_DISTRIBUTED"     # 0: one process whatever the environment; 1: let JAX detect the cluster
 WAIT_ENV = "EDGE_JAX_WAIT_S"        # how long a process waits for the others at one agreement point
 WAIT_S = 6 * 3600                   # process 0 may prepare a dataset or train a stage meanwhile
+JOIN_ENV = "EDGE_JAX_JOIN_TIMEOUT_S"  # how long the processes of a job wait for each other at its start
+JOIN_FLAG = "--join-timeout"
+JOIN_S = 300.0
+EXIT_LOST = 2                       # a process that lost a peer: one line, like any error a user acts on
 
 
 class DistributedError(UserError, RuntimeError):
@@ -132,6 +138,10 @@ def decide(coordinator: str | None = None, num_processes: int | None = None, pro
     switch = env.get(SWITCH, "auto")
     if switch == "0":
         return Startup("single")
+    if given[COORDINATOR] is not None:
+        address = given[COORDINATOR]
+        rendezvous.split_address(address, f"{FLAGS[COORDINATOR]} {address}" if coordinator else
+                                 f"{COORDINATOR}={address}")
     n, i = given[NUM_PROCESSES], given[PROCESS_ID]
     if n is not None and n < 1:
         raise ConfigError(f"{FLAGS[NUM_PROCESSES]} / {NUM_PROCESSES}={n}: give at least 1")
@@ -161,17 +171,52 @@ def decide(coordinator: str | None = None, num_processes: int | None = None, pro
 _STARTED: Startup | None = None
 
 
-def start(coordinator: str | None = None, num_processes: int | None = None, process_id: int | None = None) -> Startup:
+def join_timeout(seconds: float | None = None, env=os.environ) -> float:
+    """How long the processes of an explicit job wait for each other at its start: ``--join-timeout``, else
+    ``$EDGE_JAX_JOIN_TIMEOUT_S``, else :data:`JOIN_S`."""
+    if seconds is None:
+        text = env.get(JOIN_ENV, "")
+        try:
+            seconds = float(text) if text else JOIN_S
+        except ValueError:
+            raise ConfigError(f"{JOIN_ENV}={text!r} is not a number of seconds; give e.g. {JOIN_S:g}") from None
+    if not seconds > 0:
+        raise ConfigError(f"{JOIN_FLAG} / {JOIN_ENV}={seconds:g}: give a number of seconds above 0")
+    return float(seconds)
+
+
+_LINK: rendezvous.Link | None = None
+_WORKDIR: list[str | None] = [None]
+
+
+def start(coordinator: str | None = None, num_processes: int | None = None, process_id: int | None = None,
+          timeout_s: float | None = None, workdir: str | None = None) -> Startup:
     """Join the job as :func:`decide` says (``jax.distributed.initialize`` for many processes). Idempotent:
-    a later call returns the first one's decision; call it before anything starts a JAX backend."""
-    global _STARTED
+    a later call returns the first one's decision; call it before anything starts a JAX backend.
+
+    With explicit settings the processes first check in with process 0 (:mod:`edge_jax.utils.rendezvous`):
+    one line says where and for how many, and a process missing after ``timeout_s`` (:func:`join_timeout`),
+    a duplicate id or another process count is one error line on every process. They then watch each
+    other: a process that is lost stops the others with one line naming it and ``workdir``'s last
+    checkpoint (:func:`lost`)."""
+    global _STARTED, _LINK
     if _STARTED is not None:
         return _STARTED
-    import jax
     plan = decide(coordinator, num_processes, process_id)
+    wait_s = join_timeout(timeout_s) if plan.how == "explicit" else None
+    import jax
     if plan.how != "single" and not jax.distributed.is_initialized():
+        if plan.how == "explicit":
+            others = f"the other {plan.num_processes - 1}" if plan.num_processes > 2 else "the other process"
+            print(f"edge-jax: process {plan.process_id} of {plan.num_processes} joins the job at {plan.coordinator}; "
+                  f"waiting up to {wait_s:g} s for {others} ({JOIN_FLAG})", file=sys.stderr, flush=True)
+            _LINK = rendezvous.check_in(plan.coordinator, plan.num_processes, plan.process_id, wait_s)
+            _WORKDIR[0] = workdir
+            atexit.register(_LINK.bye)   # before JAX's own exit handlers: an orderly exit is not a loss
+            _LINK.watch(lost)
         try:
-            jax.distributed.initialize(plan.coordinator, plan.num_processes, plan.process_id)
+            jax.distributed.initialize(plan.coordinator, plan.num_processes, plan.process_id,
+                                       initialization_timeout=int(wait_s or JOIN_S) + 1)
         except (ValueError, RuntimeError, TypeError) as e:
             raise DistributedError(f"could not start the multi-process job ({plan.cluster or 'explicit settings'}): "
                                    f"{one_line(e)}; check the coordinator address and that every process runs the "
@@ -180,10 +225,24 @@ def start(coordinator: str | None = None, num_processes: int | None = None, proc
     return plan
 
 
+def lost(process: int) -> None:
+    """Another process of the job is gone without leaving in order (killed, or its host went away): stop
+    this one at once with one line naming it and where to resume, instead of JAX's crash dump later."""
+    step = rendezvous.last_checkpoint(_WORKDIR[0])
+    where = (f"; the last checkpoint in {_WORKDIR[0]} is step {step}: rerun the same command on every process "
+             "to resume from it" if step is not None else "; rerun the same command on every process")
+    sys.stdout.flush()
+    print(f"edge-jax: error: process {process} of the job was lost (killed, or its host went away); stopping "
+          f"process {_LINK.process_id if _LINK else process_index()}{where}", file=sys.stderr, flush=True)
+    os._exit(EXIT_LOST)
+
+
 def leave(status: int) -> None:
     """A process of a multi-process job that fails exits at once with ``status``: it does not wait at
     JAX's shutdown barrier for processes that will never reach it (they are stopped by
     ``edge-jax launch`` or by the cluster when this one is gone). A single process returns."""
+    if _LINK is not None:
+        _LINK.bye()
     if process_count() > 1:
         sys.stdout.flush()
         sys.stderr.flush()

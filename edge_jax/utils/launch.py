@@ -6,10 +6,12 @@ starts N copies of the command with ``JAX_COORDINATOR_ADDRESS`` (a free local po
 ``JAX_NUM_PROCESSES`` and ``JAX_PROCESS_ID`` set (:mod:`edge_jax.distributed` reads them), each with
 K devices: K simulated CPU devices (``XLA_FLAGS=--xla_force_host_platform_device_count=K``), or on a
 machine with NVIDIA GPUs the GPUs ``i*K .. i*K+K-1`` (``JAX_LOCAL_DEVICE_IDS``). Every output line is
-prefixed with its process id. When a process fails, the others are stopped (SIGTERM, then SIGKILL
-after a grace period) and the launcher exits with the failed process's status; when all succeed it
-exits 0. A SIGTERM to the launcher is passed on to every process; a process that was preempted (exit
-75, :data:`edge_jax.errors.EXIT_PREEMPTED`: it saved a checkpoint) does not stop the others, which save
+prefixed with its process id. When a process fails, the others get a few seconds to stop by
+themselves (a process that loses a peer says so in one line), then the rest are stopped (SIGTERM, then
+SIGKILL after a grace period) and the launcher exits with the failed process's status (128 + s for a
+process killed by signal s, as a shell reports it); when all succeed it exits 0. A SIGTERM to the
+launcher is passed on to every process; a process that was preempted (exit 75,
+:data:`edge_jax.errors.EXIT_PREEMPTED`: it saved a checkpoint) does not stop the others, which save
 the same step, and the launcher then exits 75 too. ``edge-jax`` as the command runs this interpreter's
 edge_jax (``python -m edge_jax.cli``).
 """
@@ -29,6 +31,7 @@ from edge_jax.errors import EXIT_PREEMPTED, ConfigError
 from edge_jax.utils.args import count
 
 GRACE_S = 5.0       # between SIGTERM and SIGKILL of the processes left when one failed
+SETTLE_S = 3.0      # first, the others may stop by themselves (a lost peer: one line each, edge_jax.distributed)
 POLL_S = 0.1
 
 
@@ -98,8 +101,8 @@ def launch(n: int, k: int, command: list[str], out=None) -> int:
         while True:
             codes = [p.poll() for p in procs]
             failed = [(i, c) for i, c in enumerate(codes) if c not in (None, 0, EXIT_PREEMPTED)]
-            if failed:
-                status = _stop_after(failed[0], procs, out, lock)
+            if failed:   # seen together: one killed by a signal or crashed (> 128) is the cause of the others
+                status = _stop_after(min(failed, key=lambda f: (0 < f[1] <= 128, f[0])), procs, out, lock)
                 break
             if all(c is not None for c in codes):  # done; or preempted: each saved the same step
                 status = EXIT_PREEMPTED if EXIT_PREEMPTED in codes else 0
@@ -118,14 +121,34 @@ def launch(n: int, k: int, command: list[str], out=None) -> int:
 
 def _stop_after(failed: tuple[int, int], procs, out, lock) -> int:
     i, code = failed
+    deadline = time.monotonic() + SETTLE_S
+    while any(p.poll() is None for p in procs) and time.monotonic() < deadline:
+        time.sleep(POLL_S)
     running = [j for j, p in enumerate(procs) if p.poll() is None]
     _stop(procs)
     with lock:
         names = f"process{'es' if len(running) > 1 else ''} {', '.join(map(str, running))}"
         stopped = f"; stopped {names}" if running else ""
-        out.write(f"edge-jax launch: process {i} exited with status {code}{stopped}\n")
+        out.write(f"edge-jax launch: {ended(i, code)}{stopped}\n")
         out.flush()
-    return code if code > 0 else 128 - code   # killed by signal s: 128 + s, as a shell reports it
+    return exit_status(code)
+
+
+def exit_status(code: int) -> int:
+    """A child's return code as the launcher's exit status: killed by signal s (``-s``) is 128 + s, as a shell
+    reports it."""
+    return code if code >= 0 else 128 - code
+
+
+def ended(i: int, code: int) -> str:
+    """How process ``i`` ended, in the status the launcher then exits with."""
+    if code >= 0:
+        return f"process {i} exited with status {code}"
+    try:
+        name = signal.Signals(-code).name
+    except ValueError:
+        name = f"signal {-code}"
+    return f"process {i} was killed by {name} (exit {exit_status(code)})"
 
 
 def _forward(procs, sig) -> None:
