@@ -107,3 +107,17 @@ def test_markers_shown_as_code_are_not_blocks():
             "and <!-- edge-jax docs: seeds toy -->3<!-- /edge-jax docs --> seeds.\n")
     [block] = blocks.find(text)
     assert block.spec == "seeds toy" and block.body == "3" and block.line == 6
+
+
+def test_compile_table_rows_come_from_the_compile_json(tmp_path):
+    src = _toy_repo(tmp_path)
+    row = {"mesh": "data=2,fsdp=128,tensor=1", "HBM / device": "13.52 GiB", "fits": "no: 2.51 GiB over; fits with "
+           "--config.model.remat=full", "fix": "--config.model.remat=full", "est. step": "1,689 ms",
+           "est. MFU": "41.2 %", "est. time for budget": "23.5 h (5.24e+10 tokens)"}
+    (tmp_path / "results" / "toy" / "paper_compile.json").write_text(json.dumps({"v5e-256": {"rows": {"a": row}}}))
+    text = '<!-- edge-jax docs: compile_table\n  "Toy `a`" "toy/paper/v5e-256/a"\n-->\nold\n<!-- /edge-jax docs -->'
+    out = blocks.fill(text, src)[0].splitlines()
+    assert out[5] == ("| Toy `a` | v5e-256, data 2 × fsdp 128 | 13.52 GiB | with `model.remat=full` | 1,689 ms | "
+                      "41.2 % | 23.5 h (5.24e+10 tokens) |")
+    with pytest.raises(blocks.DocBlockError, match="has no run 'b' on v5e-256"):
+        blocks.fill(text.replace("/a\"", "/b\""), src)

@@ -15,7 +15,7 @@ from typing import Callable
 from edge_jax import registry
 from edge_jax.errors import ConfigError, UserError
 
-OPEN = re.compile(r"<!-- edge-jax docs: (?P<spec>[^>]*?) -->")
+OPEN = re.compile(r"<!-- edge-jax docs: (?P<spec>[^>]*?)\s*-->")
 CLOSE = re.compile(r"<!-- /edge-jax docs(?:: [^>]*?)? -->")
 
 
@@ -61,7 +61,8 @@ def find(text: str, path: str = "<text>") -> list[Block]:
         if close is None or (nested and nested.start() < close.start()):
             raise DocBlockError(f"{path}:{line}: block '{m['spec']}' is not closed; add <!-- /edge-jax docs --> "
                                 f"after its text")
-        blocks.append(Block(path, line, m["spec"].strip(), m.end(), close.start(), text[m.end():close.start()]))
+        spec = " ".join(text[m.start("spec"):m.end("spec")].split())  # as written: code spans are not hidden here
+        blocks.append(Block(path, line, spec, m.end(), close.start(), text[m.end():close.start()]))
         pos = close.end()
     return blocks
 

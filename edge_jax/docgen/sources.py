@@ -150,3 +150,39 @@ def json_value(src: Sources, rel: str, *key: str, scale: str = "1", fmt: str = "
         except (KeyError, IndexError, ValueError, TypeError):
             raise DocBlockError(f"{rel} has no {'.'.join(parts)!r} (stopped at {part!r})") from None
     return value if isinstance(value, str) else number(value, scale, fmt)
+
+
+COMPILE_COLUMNS = ("topology, mesh", "HBM / device", "fits", "est. step", "est. MFU",
+                   "est. time for the run's tokens")
+
+
+@DOC_BLOCKS.register("compile_table")
+def compile_table(src: Sources, *pairs: str) -> str:
+    """Rows of committed compile tables (``edge-jax grid --compile-only``'s ``<preset>_compile.json``), one per
+    ``LABEL GRID/FILE/TOPOLOGY/RUN`` pair of arguments (``"MeKi T1 \\`meki\\`" meki_main/paper/v5p-128/meki``)."""
+    if not pairs or len(pairs) % 2:
+        raise DocBlockError("compile_table takes pairs of arguments: LABEL GRID/PRESET/TOPOLOGY/RUN ...")
+    lines = ["| grid, run | " + " | ".join(COMPILE_COLUMNS) + " |", "|---" * (len(COMPILE_COLUMNS) + 1) + "|"]
+    for label, ref in zip(pairs[::2], pairs[1::2]):
+        try:
+            grid, preset, topology, run = ref.split("/")
+        except ValueError:
+            raise DocBlockError(f"compile_table: {ref!r} is not GRID/PRESET/TOPOLOGY/RUN") from None
+        rel = f"{src.results}/{grid}/{preset}_compile.json"
+        row = json_row(src, rel, topology, run)
+        mesh = " × ".join(f"{axis} {n}" for axis, n in (kv.split("=") for kv in row["mesh"].split(",")) if n != "1")
+        mesh = mesh or "one device"
+        fits = row["fits"] if row["fits"] == "yes" or not row["fix"] else "with " + " ".join(
+            f"`{flag.removeprefix('--config.').removeprefix('--set ')}`" for flag in row["fix"].split())
+        cells = [f"{topology}, {mesh}", row["HBM / device"], fits, row["est. step"], row["est. MFU"],
+                 row["est. time for budget"]]
+        lines.append(f"| {label} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def json_row(src: Sources, rel: str, topology: str, run: str) -> dict:
+    data = src.json(rel)
+    try:
+        return data[topology]["rows"][run]
+    except (KeyError, TypeError):
+        raise DocBlockError(f"{rel} has no run {run!r} on {topology}") from None
