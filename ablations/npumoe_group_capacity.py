@@ -3,8 +3,10 @@
     edge-jax grid ablations/npumoe_group_capacity.py --preset tiny --seeds 2
 
 Every expert gets the same fixed capacity per 512-token prefill chunk (moe.strategy=uniform), and
-``group`` experts run as one static call (16: all of them in one call). Overflow is dropped by
-saliency (moe.overflow=drop, NPUMoE §4.1); ablations/npumoe_group_capacity_fallback.py runs it on the
+``group`` experts run as one static call (16: all of them in one call). Overflow is dropped
+(moe.overflow=drop, NPUMoE §4.1; latest tokens first: moe.drop=position comes with configs/npumoe.py's
+default strategy, and the table's record notes say which order each cell ran with);
+ablations/npumoe_group_capacity_fallback.py runs it on the
 fallback path instead. The paper's per-token latencies (PhiMoE, 16 experts, top-2, M2 Ultra) are given
 where its text states them.
 """
@@ -17,6 +19,6 @@ def get_grid(preset: str) -> dict:
     return group_capacity_grid(
         preset, "npumoe_group_capacity", "NPUMoE Table 5: group size x expert capacity", "drop",
         "Cells are g<group size>_c<capacity>. Overflow (token copies routed to an expert beyond its capacity) "
-        "is dropped, lowest saliency first (moe.overflow=drop), so small capacities do less work: their "
+        "is dropped (moe.overflow=drop; which copies first: the record notes), so small capacities do less work: their "
         "latency is not free, see the drop % and the loss change against dropless. "
         "npumoe_group_capacity_fallback runs the overflow on the fallback path instead.")

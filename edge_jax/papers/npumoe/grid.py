@@ -39,16 +39,16 @@ def cell(**moe) -> dict:
     return {**EVAL_ONLY, **{f"moe.{k}": v for k, v in moe.items()}}
 
 
-# Every grid's notes end with these at the tiny preset.
+# Every grid's notes end with these at the tiny preset; what the records hold (batches, chunks, the drop
+# order, seeds) is written from them by :func:`record_notes`.
 TINY_NOTES = ("Tiny preset: a 4-layer MoE LM (d 128, 16 SwiGLU experts of width 128, top-2 in every layer) "
-              "trained per seed for 600 steps on the Python standard library corpus (configs/npumoe.py). Each "
-              "cell evaluates it on 4 validation batches of 16 x 256 tokens in prefill chunks (default 512 "
-              "tokens, so the base capacity chunk*k/E is 64 as for PhiMoE at chunk 512), after calibrating on 4 "
-              "training batches when it needs loads. ms/token: the MoE layers alone, run by the NPUMoE "
-              "runtime (one jitted call per static group, cold experts on the host CPU) on one batch of real "
-              "hidden states, median of 10 rounds, on a 2-core CPU; cells run one after "
-              "another, so for speed ratios prefer the benchmark (edge-jax bench moe, one interleaved run). "
-              "Loss and accuracy changes are against dropless execution of the same weights.")
+              "trained per seed on the Python standard library corpus (configs/npumoe.py: 600 steps). Each cell "
+              "evaluates it on validation batches in prefill chunks (base capacity chunk*k/E; 64 at chunk 512, as "
+              "for PhiMoE), after calibrating on training batches when it needs loads. ms/token: the MoE layers "
+              "alone, run by the NPUMoE runtime (one jitted call per static group, cold experts on the host CPU) on "
+              "real hidden states, median of 10 rounds; cells run one after another, so for speed ratios prefer the "
+              "benchmark (edge-jax bench moe, one interleaved run). Loss and accuracy changes are against dropless "
+              "execution of the same weights.")
 GRID = PaperGrid({"tiny": "configs/npumoe.py:size=tiny", "paper": "configs/npumoe.py:size=paper"},
                  notes={"tiny": TINY_NOTES})
 PRESETS = GRID.presets
@@ -64,6 +64,7 @@ def grid(preset: str, name: str, title: str, cells: dict, paper: dict, text: str
         "stages": {"moe": {"base": GRID.base(preset)}},
         "cells": cells, "metric": metric, "lower_is_better": lower_is_better, "extra_metrics": extra,
         "paper": paper, "notes": notes(preset, text), "explanations": explanations or {},
+        "record_notes": "edge_jax.papers.npumoe.grid:record_notes",
     }
 
 
@@ -83,7 +84,7 @@ DROPPED_OVERFLOW = ("the overflow is dropped here, so a larger capacity computes
 
 HOST_FALLBACK_ON_CPU = ("the overflow runs on the host here, and on a CPU the host and the static path share the same "
                         "cores, so an overflow row costs about what a static row does and the padding a larger "
-                        "capacity adds (53% of the rows at 128) is extra work; the paper's trend needs a fallback "
+                        "capacity adds (the padding column) is extra work; the paper's trend needs a fallback "
                         "costlier per row than its NPU graphs")
 GROUPING_ON_CPU = ("on XLA:CPU one batched [G, C, d] call runs no faster than G separate ones once C is large (a "
                    "dispatch costs about 13 us), so more experts per call saves nothing; grouping saves per-call "
@@ -115,3 +116,50 @@ def group_capacity_grid(preset: str, name: str, title: str, overflow: str, text:
                 {"metric": "ms per token (PhiMoE prefill, M2 Ultra)", "higher_is_better": False,
                  "values": {c: TABLE5_PAPER_MS.get(c) for c in cells}, "source": "NPUMoE §5.7 / Table 5"}, text,
                 explanations=explanations)
+
+
+def _values(records: list[dict], key: str) -> dict:
+    """``{value: [cell, ...]}`` of the dotted config ``key`` over ``records`` (cells in order, once each)."""
+    out: dict = {}
+    for r in records:
+        value = r.get("config", {})
+        for part in key.split("."):
+            value = value.get(part) if isinstance(value, dict) else None
+        cells = out.setdefault(value if not isinstance(value, list) else tuple(value), [])
+        if r["cell"] not in cells:
+            cells.append(r["cell"])
+    return out
+
+
+def _one_or_each(records: list[dict], key: str, unit: str = "") -> str:
+    """``512`` when every record has the same value of ``key``, else ``128 (chunk128), 256 (chunk256)``."""
+    by_value = _values(records, key)
+    if len(by_value) == 1:
+        return f"{next(iter(by_value))}{unit}"
+    return ", ".join(f"{v}{unit} ({', '.join(cells)})" for v, cells in sorted(by_value.items(), key=_order))
+
+
+def _order(item) -> tuple:
+    """Numbers by value, then anything else by its text."""
+    value = item[0]
+    number = isinstance(value, (int, float)) and not isinstance(value, bool)
+    return (0, value, "") if number else (1, 0, str(value))
+
+
+def record_notes(grid, records: list[dict]) -> str:
+    """The settings the records ran with (the grid's ``record_notes`` hook): seeds, evaluation and calibration
+    batches, prefill chunk, timed batches, which overflow copies are dropped first, the machine."""
+    seeds = sorted({int(r["seed"]) for r in records})
+    batch, seq = _one_or_each(records, "data.batch_size"), _one_or_each(records, "data.seq_len")
+    drops = _values(records, "moe.drop")
+    if len(drops) == 1:
+        drop = f"moe.drop={next(iter(drops))} in every cell"
+    else:
+        drop = "; ".join(f"moe.drop={v} in {', '.join(cells)}" for v, cells in sorted(drops.items(), key=_order))
+    devices = sorted({f"{(r.get('device') or {}).get('platform', '?')} on host {r.get('host', '?')}" for r in records})
+    return (f"{len(records)} records, seeds {', '.join(map(str, seeds))}; every cell evaluated on "
+            f"{_one_or_each(records, 'train.eval_batches')} validation batches of {batch} x {seq} tokens in prefill "
+            f"chunks of {_one_or_each(records, 'moe.chunk')} tokens, calibrated on "
+            f"{_one_or_each(records, 'moe.calib_batches')} training batches, ms/token timed on "
+            f"{_one_or_each(records, 'moe.time_batches')} batch(es); overflow copies leave a full expert by {drop} "
+            f"(position: latest tokens first; saliency: lowest attention-output norm first); {', '.join(devices)}.")
