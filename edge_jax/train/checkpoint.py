@@ -15,6 +15,9 @@ a share of the files each and agree on every step, so all of them resume from th
 """
 from __future__ import annotations
 
+import contextlib
+import errno
+import logging
 import os
 import shutil
 from typing import Callable, TypeVar
@@ -34,6 +37,38 @@ class CheckpointError(UserError, RuntimeError):
     """No checkpoint of a workdir can be read (one-line message naming the directory)."""
 
 
+# errno of a full disk (ENOSPC) and of a full quota (EDQUOT); tensorstore (orbax's array writer) reports them
+# in its status text as os_error_code='28'
+FULL = (errno.ENOSPC, errno.EDQUOT)
+
+
+def disk_full(e: BaseException) -> bool:
+    """Whether ``e``, or an exception it wraps (``__cause__``, ``__context__``, an exception group's), is a full
+    disk or quota: an OSError with that errno, or tensorstore's error text naming it."""
+    seen, todo = set(), [e]
+    while todo:
+        e = todo.pop()
+        if e is None or id(e) in seen:
+            continue
+        seen.add(id(e))
+        if isinstance(e, OSError) and e.errno in FULL:
+            return True
+        if any(f"os_error_code='{code}'" in str(e) for code in FULL):
+            return True
+        todo += [e.__cause__, e.__context__, *getattr(e, "exceptions", ())]
+    return False
+
+
+class _QuietDiskFull(logging.Filter):
+    """Drops orbax's log records of a failed background save on a full disk (a traceback for each of its
+    threads): :class:`CheckpointError` says it once."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        exc = record.exc_info[1] if record.exc_info else None
+        return not ((exc is not None and disk_full(exc)) or any(f"os_error_code='{c}'" in record.getMessage()
+                                                                 for c in FULL))
+
+
 class Checkpointer:
     """Keeps the newest ``keep`` steps of a run that saves every ``every`` steps. ``verified`` (checksums
     written and checked) and ``background`` (asynchronous saves) are on for every run; ``edge-jax bench
@@ -47,6 +82,9 @@ class Checkpointer:
                                                enable_async_checkpointing=background,
                                                temporary_path_class=checksums.ChecksummedRename if verified else None)
         self._mgr = ocp.CheckpointManager(self.directory, options=options, item_names=("state", "data", "health"))
+        self._full: BaseException | None = None  # the full-disk error a save met (said once)
+        if not any(isinstance(f, _QuietDiskFull) for f in logging.getLogger("absl").filters):
+            logging.getLogger("absl").addFilter(_QuietDiskFull())
 
     def latest_step(self) -> int | None:
         return self._mgr.latest_step()
@@ -56,11 +94,40 @@ class Checkpointer:
 
     def save(self, step: int, state, data_state: dict, force: bool = False, metrics: dict | None = None) -> bool:
         """Start saving ``step`` (``metrics``: numbers kept beside it, see :meth:`metrics`); returns once the
-        arrays are copied off the devices, and the files are written in the background (:meth:`wait`)."""
+        arrays are copied off the devices, and the files are written in the background (:meth:`wait`). A full
+        disk, found here (the previous save's) or by :meth:`wait`, is a one-line :class:`CheckpointError`."""
         items = {"state": ocp.args.StandardSave(state), "data": ocp.args.JsonSave(data_state)}
         if metrics is not None:
             items["health"] = ocp.args.JsonSave(metrics)
-        return self._mgr.save(step, args=ocp.args.Composite(**items), force=force)
+        with self._no_space():
+            return self._mgr.save(step, args=ocp.args.Composite(**items), force=force)
+
+    @contextlib.contextmanager
+    def _no_space(self):
+        """A full disk or quota during a save: the step being written is dropped (orbax leaves it under a
+        temporary name, removed on restart; one already under its final name that does not verify is moved
+        aside) and :class:`CheckpointError` names the directory and the last intact step."""
+        if self._full is not None:  # already said; what follows (close) is the same failure
+            with contextlib.suppress(Exception):
+                yield
+            return
+        try:
+            yield
+        except Exception as e:
+            if not disk_full(e):
+                raise
+            self._full = e
+            raise CheckpointError(f"no space left on device saving a checkpoint in {self.directory}; "
+                                  f"{self._last_intact()}: free space and rerun the same command to resume") from None
+
+    def _last_intact(self) -> str:
+        self._mgr.reload()
+        for step in sorted(self.all_steps(), reverse=True):
+            if checksums.verify(os.path.join(self.directory, str(step))) is None:
+                return f"its last intact step is {step}, kept"
+            if distributed.is_lead():
+                self._move_aside(step)  # a partly written step must not look like a saved one
+        return "no step was saved before"
 
     def metrics(self, step: int) -> dict:
         """The ``metrics`` saved with ``step`` ({} for none, or for a step that cannot be read)."""
@@ -181,8 +248,12 @@ class Checkpointer:
         return target
 
     def wait(self) -> None:
-        self._mgr.wait_until_finished()
+        with self._no_space():
+            self._mgr.wait_until_finished()
 
     def close(self) -> None:
-        self._mgr.wait_until_finished()
-        self._mgr.close()
+        try:
+            self.wait()
+        finally:
+            with contextlib.suppress(Exception) if self._full is not None else contextlib.nullcontext():
+                self._mgr.close()
