@@ -7,7 +7,7 @@ fraction of FFN activations that can be zeroed (smallest |a| first) for a perple
 most 1% of the unmasked perplexity (the headline: scale-free), and beside it for the paper's absolute
 increase of at most 1 (at a tiny model's perplexity of about 6 that allows a 17% rise). The post hook draws Fig. 11 (perplexity increase against the masked fraction).
 """
-from edge_jax.papers.plm.grid import base, notes, variant, zero_shot
+from edge_jax.papers.plm.grid import RECORD_NOTES, base, notes, variant, zero_shot
 
 
 def get_grid(preset: str) -> dict:
@@ -22,6 +22,7 @@ def get_grid(preset: str) -> dict:
         "paper": {"metric": "activation sparsity rate (Algorithm 1, Δppl = 1)", "higher_is_better": True,
                   "values": {"relu2": 0.909, "swiglu": 0.09},
                   "source": "PLM Table 14: PLM-1.8B 0.909; SwiGLU models 0.001-0.09 (0.09 the highest)"},
+        "record_notes": RECORD_NOTES,
         "notes": notes(preset, (
             "Paper cells are different models: PLM-1.8B (ReLU²) against nine SwiGLU LLMs; the SwiGLU value "
             "is the highest of them (Yulan-Mini). ReLU and GELU are not in the paper. Our sparsity_rate uses "

@@ -8,7 +8,7 @@ candidates with Table 17's sandbox schedule (100B tokens, batch 960 x 4096, lr 5
 FLOPs per token (XLA's cost analysis of the forward pass), time per layer and peak memory of a
 prefill (measured one cell after another in one process), as Table 5 lists them.
 """
-from edge_jax.papers.plm.grid import base, notes, zero_shot
+from edge_jax.papers.plm.grid import RECORD_NOTES, base, notes, zero_shot
 
 # (layers, d_model, kv rank): the paper's candidates vary the same three.
 SHAPES = {"L4_d128_kv32": (4, 128, 32), "L4_d128_kv64": (4, 128, 64), "L6_d96_kv24": (6, 96, 24),
@@ -53,7 +53,7 @@ def get_grid(preset: str) -> dict:
                       "source": "PLM Table 5 (losses), Table 15 (shapes), Table 17 (schedule)"},
             "notes": "Table 15 lists query compression (q rank) for every sandbox candidate, so it is kept here; "
                      "the released PLM-1.8B has none. Rows 6-7's losses are read from Table 5's last two columns.",
-            "post": "edge_jax.papers.plm.arch_stats:write_arch_stats",
+            "post": "edge_jax.papers.plm.arch_stats:write_arch_stats", "record_notes": RECORD_NOTES,
         })
     return zero_shot(preset, {
         "name": "plm_arch_search",
@@ -69,5 +69,5 @@ def get_grid(preset: str) -> dict:
             "The paper's seven candidates differ from these cells, so no paper value sits beside a row: "
             "Table 5's losses span only 2.632-2.665 and PLM chose the 32-layer, d_c 512 candidate for its "
             "time per layer and peak memory, not its loss. Hardware columns are in arch_stats.md.")),
-        "post": "edge_jax.papers.plm.arch_stats:write_arch_stats",
+        "post": "edge_jax.papers.plm.arch_stats:write_arch_stats", "record_notes": RECORD_NOTES,
     })

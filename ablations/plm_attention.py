@@ -6,7 +6,7 @@ The table compares validation loss; the post hook measures, on each trained cell
 bytes per token from the real cache arrays and greedy decode tokens/s at several context lengths
 (one process, cells one after another), beside Table 13's decode speeds.
 """
-from edge_jax.papers.plm.grid import base, notes, variant, zero_shot
+from edge_jax.papers.plm.grid import RECORD_NOTES, base, notes, variant, zero_shot
 
 
 def get_grid(preset: str) -> dict:
@@ -20,6 +20,7 @@ def get_grid(preset: str) -> dict:
         "paper": {"metric": "stated ordering, no numbers", "higher_is_better": True,
                   "values": {"mla": None, "gqa": None, "mha": None}, "order": ["mla", "gqa"],
                   "source": "PLM App. D: MLA 'mitigates the information loss' of GQA/MQA"},
+        "record_notes": RECORD_NOTES,
         "notes": notes(preset, (
             "PLM reports no loss for MLA against GQA; App. D says MLA avoids GQA's information loss, which "
             "is the ordering compared here (MHA is not ordered). GQA keeps n_heads/2 KV heads, MHA one per "

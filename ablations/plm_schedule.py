@@ -7,7 +7,7 @@ peak, decay to 3e-5, then a constant tail. Its three pre-training phases use 1.6
 tokens (PLM Tables 2-4; 2.48T in all), which fix the fractions of the run spent decaying
 (550/2480) and in the tail (280/2480); configs/plm.py sets them (models/presets.py WSDC).
 """
-from edge_jax.papers.plm.grid import base, notes, zero_shot
+from edge_jax.papers.plm.grid import RECORD_NOTES, base, notes, zero_shot
 
 NOTES = (
     "PLM reports no numbers comparing schedules and states no explicit ranking: it "
@@ -38,6 +38,7 @@ def get_grid(preset: str) -> dict:
             "order": ["wsdc", "wsd", "cosine"],
             "source": "PLM §4.2 and Table 23; WSDC adopted, not compared",
         },
+        "record_notes": RECORD_NOTES,
         "notes": notes(preset, NOTES),
         "explanations": {
             "wsdc>wsd": "PLM's constant phase trains on up-sampled high-quality and instruction-like data (§4.2); "

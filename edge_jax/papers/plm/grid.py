@@ -21,8 +21,8 @@ TINY_NOTES = (
     "twins with another attention or FFN keep the non-embedding parameter count by adjusting d_ff. "
     "The sparsity sweep (Algorithm 1) runs on 4 validation batches after training: sparsity_rate at "
     "Δppl <= 1% of the unmasked perplexity (scale-free), sparsity_rate_abs at the paper's Δppl <= 1. "
-    "zero_shot_avg is the mean zero-shot accuracy over code_cloze and longctx_mc (every built-in "
-    "document: 1,000 and 200, 4-way, chance 0.25; docs/eval.md)."
+    "zero_shot_avg is the mean zero-shot accuracy over code_cloze and longctx_mc (4-way, chance 0.25; "
+    "docs/eval.md); the documents scored are in the line from the records."
 )
 
 GRID = PaperGrid({preset: f"configs/plm.py:size={size}" for preset, size in SIZE.items()}, notes={"tiny": TINY_NOTES})
@@ -41,3 +41,44 @@ def variant(preset: str, attention: str = "mla", ffn: str = "relu2") -> dict:
 def zero_shot(preset: str, grid: dict) -> dict:
     """``grid`` with the preset's zero-shot tasks scored after every cell (the zero_shot_avg column)."""
     return {**grid, "zero_shot": ZERO_SHOT_TASKS[preset]}
+
+
+RECORD_NOTES = "edge_jax.papers.plm.grid:record_notes"  # the ablation files' "record_notes"
+
+
+def _values(records: list[dict], get) -> str:
+    """``get(record)`` over the records: ``x`` when all agree, else ``x in n, y in m``."""
+    counts: dict = {}
+    for r in records:
+        value = get(r)
+        counts[value] = counts.get(value, 0) + 1
+    if len(counts) == 1:
+        return str(next(iter(counts)))
+    return ", ".join(f"{v} in {n}" for v, n in sorted(counts.items(), key=lambda kv: -kv[1]))
+
+
+def _documents(task: str, limit: int) -> str:
+    from edge_jax.eval.builtin import CODE_DOCS, LONGCTX_DOCS
+    full = {"code_cloze": CODE_DOCS, "longctx_mc": LONGCTX_DOCS}.get(task)
+    if full is None:
+        return f"{task} the first {limit}" if limit else f"{task} all"
+    if limit and limit < full:
+        return f"{task} the first {limit} (of up to {full:,})"
+    return f"{task} all ({'up to ' if task == 'code_cloze' else ''}{full:,})"
+
+
+def record_notes(grid, records: list[dict]) -> str:
+    """What the PLM records were made with: training steps and batch, and the zero-shot documents scored
+    (``eval.limit``; built-in task sizes from :mod:`edge_jax.eval.builtin`)."""
+    cfg = [r.get("config") or {} for r in records]
+    steps = _values(records, lambda r: (r.get("metrics") or {}).get("steps", "?"))
+    batch = _values(records, lambda r: "{batch_size} x {seq_len}".format(**{"batch_size": "?", "seq_len": "?",
+                                                                            **(r.get("config") or {}).get("data", {})}))
+    text = f"{len(records)} records, trained {steps} steps of {batch} tokens."
+    limits = sorted({(c.get("eval") or {}).get("limit", 0) for c in cfg})
+    tasks = sorted({t for c in cfg for t in str((c.get("eval") or {}).get("zero_shot", "")).split(",") if t})
+    if tasks:
+        scored = "; ".join(f"with eval.limit={limit}: " + ", ".join(_documents(t, limit) for t in tasks)
+                           for limit in limits)
+        text += f" zero_shot_avg scored {scored} documents."
+    return text
