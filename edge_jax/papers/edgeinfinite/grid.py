@@ -83,16 +83,15 @@ TINY_NOTES = ("Tiny preset: the dense tiny LM (d 128, 4 layers, byte tokens, RoP
               "base/inwindow/* is its exact match in percent on passkey (single_needle) and multikey (multi_key) "
               "prompts of 384 and 500 tokens with full attention. EdgeInfinite's gate (per-head MLP of 32, one gate "
               "logit per head) trained for 150 steps on 800-token windows with sink 32, window 32, segment 128, on "
-              "the frozen base, per seed. Every method keeps at most 192 KV slots per layer after prefill (FullKV "
-              "keeps all). The table ranks by exact match in percent (longctx/overall); longctx/answer_nll is the "
-              "gold answer's NLL in nats per token. Both over 5 tasks x 6 lengths (2,079, 2,111, 4,127, 4,159, "
-              "8,223 and 8,255 tokens: 4, 8 and 16 x the base's window, the paper's band) x 1 prompt drawn with the "
-              "seed; longctx/near/overall and longctx/near/answer_nll are the same over the near band, 4 lengths "
-              "at 1 and 2 x the window (543, 575, 1,055 and 1,087 tokens), just past the window it retrieves in. Each "
-              "band's lengths come in pairs: at 2,111 (and 575, 1,087, 4,159, 8,255) dropping the window "
-              "compresses one more segment with the sink (no_window keeps 32 + 31 tokens after prefill, full "
-              "32 + 159), at 2,079 (and 543, 1,055, 4,127, 8,223) without it (no_both keeps 31, no_sink 159), so "
-              "every pair of Table 2's cells keeps different tokens in each band; no single length can do both "
+              "the frozen base, per seed. The table ranks by exact match in percent (longctx/overall); "
+              "longctx/answer_nll is the gold answer's NLL in nats per token. Both over the paper's band: 5 tasks at "
+              "lengths of 4, 8 and 16 x the base's window, prompts drawn with the seed; longctx/near/overall and "
+              "longctx/near/answer_nll are the same over the near band, 1 and 2 x the window, just past the window "
+              "it retrieves in (the lengths and prompts scored are under 'From the records'). Each band's lengths "
+              "come in pairs (papers/edgeinfinite/layouts.py): at 63 mod 128 dropping the window compresses one "
+              "more segment with the sink (no_window keeps 32 + 31 tokens after prefill, full 32 + 159), at 31 mod "
+              "128 without it (no_both keeps 31, no_sink 159), so every pair of Table 2's cells keeps different "
+              "tokens in each band; no single length can do both "
               "(categories.md has both bands by category, lengths.md every length).")
 GRID = PaperGrid({"tiny": "configs/edgeinfinite.py:size=tiny", "paper": "configs/edgeinfinite.py:size=paper"},
                  notes={"tiny": TINY_NOTES})
@@ -135,4 +134,5 @@ def grid(preset: str, name: str, title: str, cells: dict, table: dict, source: s
                   "values": {k: v["Avg"] for k, v in table.items()}, "source": source},
         "notes": notes(preset, text),
         "post": "edge_jax.papers.edgeinfinite.report:write_categories", "explanations": explanations or {},
+        "record_notes": "edge_jax.papers.edgeinfinite.docs:record_notes",
     }
