@@ -203,7 +203,7 @@ def start(coordinator: str | None = None, num_processes: int | None = None, proc
     if _STARTED is not None:
         return _STARTED
     plan = decide(coordinator, num_processes, process_id)
-    wait_s = join_timeout(timeout_s) if plan.how == "explicit" else None
+    wait_s = join_timeout(timeout_s)   # in a detected cluster JAX's own start-up timeout
     import jax
     if plan.how != "single" and not jax.distributed.is_initialized():
         if plan.how == "explicit":
@@ -216,7 +216,7 @@ def start(coordinator: str | None = None, num_processes: int | None = None, proc
             _LINK.watch(lost)
         try:
             jax.distributed.initialize(plan.coordinator, plan.num_processes, plan.process_id,
-                                       initialization_timeout=int(wait_s or JOIN_S) + 1)
+                                       initialization_timeout=max(1, round(wait_s)))
         except (ValueError, RuntimeError, TypeError) as e:
             raise DistributedError(f"could not start the multi-process job ({plan.cluster or 'explicit settings'}): "
                                    f"{one_line(e)}; check the coordinator address and that every process runs the "
@@ -232,6 +232,9 @@ def lost(process: int) -> None:
     where = (f"; the last checkpoint in {_WORKDIR[0]} is step {step}: rerun the same command on every process "
              "to resume from it" if step is not None else "; rerun the same command on every process")
     sys.stdout.flush()
+    bars = getattr(sys.modules.get("tqdm"), "tqdm", None)
+    if getattr(bars, "_instances", None):   # a progress bar holds the line: start a new one
+        sys.stderr.write("\n")
     print(f"edge-jax: error: process {process} of the job was lost (killed, or its host went away); stopping "
           f"process {_LINK.process_id if _LINK else process_index()}{where}", file=sys.stderr, flush=True)
     os._exit(EXIT_LOST)

@@ -101,8 +101,8 @@ def launch(n: int, k: int, command: list[str], out=None) -> int:
         while True:
             codes = [p.poll() for p in procs]
             failed = [(i, c) for i, c in enumerate(codes) if c not in (None, 0, EXIT_PREEMPTED)]
-            if failed:   # seen together: one killed by a signal or crashed (> 128) is the cause of the others
-                status = _stop_after(min(failed, key=lambda f: (0 < f[1] <= 128, f[0])), procs, out, lock)
+            if failed:
+                status = _stop_after(cause(failed), procs, out, lock)
                 break
             if all(c is not None for c in codes):  # done; or preempted: each saved the same step
                 status = EXIT_PREEMPTED if EXIT_PREEMPTED in codes else 0
@@ -117,6 +117,12 @@ def launch(n: int, k: int, command: list[str], out=None) -> int:
     for t in pumps:
         t.join(timeout=GRACE_S)
     return status
+
+
+def cause(failed: list[tuple[int, int]]) -> tuple[int, int]:
+    """Of the ``(process, status)`` failures seen in one poll, the one to report: a process killed by a signal
+    or that crashed (status > 128) before one that exited with an error (a survivor naming its lost peer)."""
+    return min(failed, key=lambda f: (0 < f[1] <= 128, f[0]))
 
 
 def _stop_after(failed: tuple[int, int], procs, out, lock) -> int:

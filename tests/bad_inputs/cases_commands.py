@@ -22,6 +22,15 @@ CASES = [
                                   "--config.train.steps=3"], f"{NO_OVERRIDES} `analyze`"),
     # launch
     Case("launch_without_command", ["launch", "--processes", "2"], "needs a command after --"),
+    # joining a multi-process job (the faults that need peers: tests/multihost/test_join.py)
+    Case("coordinator_address_without_port", ["eval", "--workdir", "{tmp}", "--coordinator-address", "localhost",
+                                              "--num-processes", "2", "--process-id", "0"],
+         "--coordinator-address localhost has no port; pass host:port, e.g. localhost:12355"),
+    Case("coordinator_address_port_not_a_number", ["eval", "--workdir", "{tmp}", "--coordinator-address",
+                                                   "localhost:http", "--num-processes", "2", "--process-id", "1"],
+         "the port 'http' is not a number in 1..65535"),
+    Case("join_timeout_not_positive", ["eval", "--workdir", "{tmp}", "--join-timeout", "0"],
+         "argument --join-timeout: needs a finite number > 0, got 0"),
     # params
     Case("params_config_missing", ["params", "--config", "configs/nope.py"], "config file 'configs/nope.py' not found"),
     Case("params_unknown_key", ["params", "--config", TINY_CONFIG, "--config.model.d_modle=8"],

@@ -113,20 +113,26 @@ def test_a_grid_cell_is_written_once_and_equals_the_single_process_record(tmp_pa
 def test_a_killed_process_ends_the_job_with_a_clear_error(tmp_path, data_dir):
     run = [sys.executable, "-m", "edge_jax.cli", "train", *TRAIN, "--workdir", str(tmp_path / "run"),
            "--config.train.steps=5000", "--config.train.ckpt_every=5000"]
-    # process 1 is killed (SIGKILL) once training runs; process 0 is then waiting for it inside a step
+    # process 1 is killed (SIGKILL) once training runs; process 0 is then waiting for it inside a step; each
+    # wrapper ends as its process did (killed by the same signal, or with its status)
     script = ("import os, signal, subprocess, sys, time\n"
               f"p = subprocess.Popen({run!r})\n"
               "if os.environ['JAX_PROCESS_ID'] == '1':\n"
               "    workdir = sys.argv[1]\n"
               "    while not os.path.exists(os.path.join(workdir, 'metrics.jsonl')): time.sleep(0.2)\n"
               "    time.sleep(2); p.kill()\n"
-              "sys.exit(p.wait() and 137)\n")
+              "rc = p.wait()\n"
+              "os.kill(os.getpid(), -rc) if rc < 0 else sys.exit(rc)\n")
     t0 = time.monotonic()
     out = subprocess.run([sys.executable, "-m", "edge_jax.cli", "launch", "--processes", "2", "--devices-per-process",
                           "2", "--", sys.executable, "-c", script, str(tmp_path / "run")], cwd=ROOT,
                          env=job_env(data_dir), capture_output=True, text=True, timeout=600)
     assert out.returncode == 137, out.stdout[-2000:]
-    assert "edge-jax launch: process 1 exited with status 137; stopped process 0" in out.stdout
+    assert "edge-jax launch: process 1 was killed by SIGKILL (exit 137)" in out.stdout
+    # the survivor stopped by itself at once, in one line, without JAX's crash dump
+    assert "[0] edge-jax: error: process 1 of the job was lost (killed, or its host went away); stopping process 0; " \
+           "rerun the same command on every process" in out.stdout, out.stdout[-3000:]
+    assert "stopped process 0" not in out.stdout and "Check failure" not in out.stdout, out.stdout[-3000:]
     killed_at = (tmp_path / "run" / "metrics.jsonl").stat().st_mtime
     assert time.time() - killed_at < 60 and time.monotonic() - t0 < 300  # seconds after the kill, not a hang
 

@@ -63,3 +63,20 @@ def test_sigterm_to_the_launcher_reaches_every_process_and_a_preempted_job_exits
     out, _ = proc.communicate(timeout=60)
     assert proc.returncode == 75, out
     assert "[0] saved" in out and "[1] saved" in out and "stopped process" not in out
+
+
+def test_a_process_killed_by_a_signal_is_named_with_the_status_the_launcher_exits_with(capsys):
+    code = ("import os, signal, time\n"
+            "time.sleep(0.3)\n"
+            "os.kill(os.getpid(), signal.SIGKILL) if os.environ['JAX_PROCESS_ID'] == '1' else time.sleep(600)")
+    assert main(["launch", "--processes", "2", "--", sys.executable, "-c", code]) == 137
+    out = capsys.readouterr().out
+    assert "edge-jax launch: process 1 was killed by SIGKILL (exit 137); stopped process 0" in out
+    assert launch.ended(0, -15) == "process 0 was killed by SIGTERM (exit 143)" and launch.exit_status(-15) == 143
+    assert launch.ended(2, 3) == "process 2 exited with status 3" and launch.exit_status(3) == 3
+
+
+def test_seen_together_the_killed_process_is_reported_not_the_one_that_lost_it():
+    assert launch.cause([(0, 2), (1, -9)]) == (1, -9)
+    assert launch.cause([(0, 2), (1, 134)]) == (1, 134)
+    assert launch.cause([(0, 3), (2, 2)]) == (0, 3)
