@@ -13,7 +13,12 @@ docs/npumoe.md and of README's NPUMoE row that need more than one cell's mean.
     npumoe.overlap KEY                          a calibration's Overlap@K (``heldout_overlap@4_mean``), mean
                                                 over results/npumoe_calibration/seed*/, in percent
     npumoe.imbalance                            ``low-high`` of the calibrations' per-layer imbalance
+    npumoe.fig17                                Fig. 17's table: ms/token, padding, drop, calls, loss change
     npumoe.sweep PATH                           the Table 5 sweep of ``bench moe --capacities`` as a table
+    npumoe.sweep_ratio PATH OVERFLOW            ``g1 0.82×, g8 0.52×``: each group's latency at the smallest
+                                                capacity over the largest, under one overflow policy
+    npumoe.compile FIELD [TOPOLOGY]             a field of the paper preset's compile row (``est. step``) in
+                                                results/npumoe_ablation/paper_compile.json
     npumoe.headline                             README's headline cell for NPUMoE
 
 Every kind takes ``fmt=`` (a Python format) where it prints numbers; without it numbers print as the tables
@@ -139,10 +144,7 @@ def _ms(row: dict) -> str:
 
 @DOC_BLOCKS.register("npumoe.sweep")
 def sweep(src: Sources, path: str) -> str:
-    result = src.json(path).get("result", {})
-    cells = result.get("sweep") or {}
-    if not cells.get("drop") or not cells.get("fallback"):
-        raise DocBlockError(f"{path} has no Table 5 sweep; run edge-jax bench moe --capacities 32,64,128 --json {path}")
+    cells = _sweep(src, path)
     lines = ["| cell | overflow dropped: drop | ms/token median [25th-75th] | overflow on the host: fallback | "
              "ms/token median [25th-75th] |", "|---|---|---|---|---|"]
     for name, row in cells["drop"].items():
@@ -150,6 +152,47 @@ def sweep(src: Sources, path: str) -> str:
         label = name[1:].replace("_c", "×")
         lines.append(f"| {label} | {row['drop']:.0%} | {_ms(row)} | {fb['fallback']:.0%} | {_ms(fb)} |")
     return "\n".join(lines)
+
+
+FIG17 = {"base": "base", "tiers": "+tiers", "tiers_grouping": "+grouping", "all": "+residency (all)"}
+
+
+@DOC_BLOCKS.register("npumoe.fig17")
+def fig17(src: Sources, grid: str = "npumoe_ablation") -> str:
+    lines = ["| Step | ms/token | Padding | Drop | Calls/chunk | Loss change |", "|---|---|---|---|---|---|"]
+    for cell, name in FIG17.items():
+        ms = _pm(src.per_seed(grid, cell, MS).values(), ".4f")
+        pad, drop, calls, loss = (_mean(src, grid, cell, f"moe/{m}") for m in
+                                  ("padding_pct", "drop_pct", "calls_per_layer", "val_loss_change_pct"))
+        lines.append(f"| {name} | {ms} | {pad:.1f}% | {drop:.1f}% | {calls:.3g} | {loss:+.2f}% |")
+    return "\n".join(lines)
+
+
+def _sweep(src: Sources, path: str) -> dict:
+    cells = src.json(path).get("result", {}).get("sweep") or {}
+    if not cells.get("drop") or not cells.get("fallback"):
+        raise DocBlockError(f"{path} has no Table 5 sweep; run edge-jax bench moe --capacities 32,64,128 --json {path}")
+    return cells
+
+
+@DOC_BLOCKS.register("npumoe.sweep_ratio")
+def sweep_ratio(src: Sources, path: str, overflow: str, fmt: str = ".2f") -> str:
+    from edge_jax.papers.npumoe.grid import capacity, group
+    cells = _sweep(src, path).get(overflow)
+    if not cells:
+        raise DocBlockError(f"{path} has no sweep under overflow {overflow!r}; it has drop and fallback")
+    caps = sorted({capacity(n) for n in cells})
+    return ", ".join(f"g{g} {number(cells[f'g{g}_c{caps[0]}']['ms_per_token'] / cells[f'g{g}_c{caps[-1]}']['ms_per_token'], fmt=fmt)}×"
+                     for g in sorted({group(n) for n in cells}))
+
+
+@DOC_BLOCKS.register("npumoe.compile")
+def compile_field(src: Sources, field: str, topology: str = "v5p-128", run: str = "stage moe") -> str:
+    path = "results/npumoe_ablation/paper_compile.json"
+    row = src.json(path).get(topology, {}).get("rows", {}).get(run, {})
+    if field not in row:
+        raise DocBlockError(f"{path} has no {field!r} for {run!r} on {topology}; fields: {', '.join(row) or 'none'}")
+    return str(row[field])
 
 
 @DOC_BLOCKS.register("npumoe.headline")
