@@ -42,7 +42,7 @@ def prepare_splits(data_cfg, splits: list[str], say=print) -> list[tuple[str, st
                     say(f"  {leaf.name} {split}: {done}/{total} of this process's pieces "
                         f"({time.perf_counter() - t0:.0f} s)")
             root = prepare(leaf, split, tok, tokens_dir(data_cfg), progress)
-            shards = TokenShards([root])
+            shards = TokenShards([root], tok.vocab_size, tok.name)
             out.append((split, root, len(shards.files), len(shards)))
     return out
 

@@ -18,6 +18,7 @@ Evaluation reads a split's first windows in order, the same from shards or from 
 """
 from __future__ import annotations
 
+import functools
 import os
 
 import numpy as np
@@ -43,7 +44,7 @@ def split_tokens(source: Source, split: str, tok, data_dir: str, where: str = ""
     first use). A combined dataset's train split is its parts' streams one after another."""
     where = where or os.path.join(data_dir or data_dir_default(), "tokens")
     leaves = (source.parts if split == "train" else source.parts[:1]) if source.parts else (source,)
-    return TokenShards([_prepared(leaf, split, tok, where) for leaf in leaves])
+    return TokenShards([_prepared(leaf, split, tok, where) for leaf in leaves], tok.vocab_size, tok.name)
 
 
 def _prepared(leaf: Source, split: str, tok, where: str) -> str:
@@ -124,9 +125,15 @@ def make_train_iter(data_cfg, tok, seed: int, block: int = 0, blocks: int = 1):
           .shuffle(seed=int(seed) % 2**32)
           .repeat()
           .batch(local, drop_remainder=True)[block::blocks]   # global batch k = local batches k*blocks ...
+          .map(functools.partial(_checked, tokens))            # ids in the vocabulary: one max per batch
           .map(to_io))
     options = grain.ReadOptions(num_threads=_READ_THREADS, prefetch_buffer_size=_PREFETCH_BATCHES)
     return WindowIterator(iter(ds.to_iter_dataset(options)))
+
+
+def _checked(tokens: TokenShards, windows: np.ndarray) -> np.ndarray:
+    tokens.check(windows)
+    return windows
 
 
 class WindowIterator:
@@ -184,7 +191,9 @@ def _first_tokens(data_cfg, source: Source, split: str, tok, count: int) -> np.n
     """The first ``count`` tokens of a split (all of them when count is 0), from shards or streamed."""
     if not streams(data_cfg, source, tok):
         tokens = split_tokens(source, split, tok, "", tokens_dir(data_cfg))
-        return tokens[0:count or len(tokens)]
+        ids = tokens[0:count or len(tokens)]
+        tokens.check(ids, 0)
+        return ids
     leaf = source.parts[0] if source.parts else source
     out, have = [], 0
     for piece in leaf.pieces(split):

@@ -13,6 +13,13 @@ jobs that prepare one split at once (two grid streams on a host) both finish: th
 replaces the same bytes. A host that does not see the others' shards (a host-local directory)
 prepares the rest itself. A mixture's train split is its parts' shards one after another (each
 part prepared once, whatever mixture it is in).
+
+Token ids are checked against the tokenizer's vocabulary twice, each time with one vectorized max: a
+document's ids before they are written (and cast to the shard's dtype, which would wrap them), and what
+is read from the shards (each training batch, an evaluation split; :meth:`TokenShards.check`), so a
+shard overwritten or prepared with another tokenizer is found. An id outside it, a missing shard and a
+shard shorter than the manifest are each a one-line DataError naming the shard and the command that
+rebuilds it (:func:`rebuild`).
 """
 from __future__ import annotations
 
@@ -42,8 +49,32 @@ def is_prepared(root: str) -> bool:
     return (epath(root) / "manifest.json").exists()
 
 
+def rebuild(root, shards=None) -> str:
+    """How to prepare the prepared split at ``root`` again: its manifest and ``shards`` deleted (``data
+    prepare`` prepares only the shards that are missing once the manifest is gone), or (``shards`` None)
+    the whole directory."""
+    gone = str(root) if shards is None else " and ".join([*map(str, shards), f"{root}/manifest.json"])
+    return f"delete {gone}, then run `edge-jax data prepare` with this run's --config flags to prepare it again"
+
+
+def outside(ids: np.ndarray, vocab: int) -> int | None:
+    """The index of the first id of ``ids`` outside ``0 .. vocab - 1``, or None (one vectorized max;
+    a negative id of a signed dtype counts as outside)."""
+    if not len(ids):
+        return None
+    unsigned = ids.view(ids.dtype.str.replace("i", "u")) if ids.dtype.kind == "i" else ids
+    if int(unsigned.max()) < vocab:
+        return None
+    return int(np.argmax(unsigned >= vocab))
+
+
 def doc_tokens(texts, tok, dtype) -> Iterator[np.ndarray]:
-    """Each text's tokens followed by eos, as ``dtype``; the texts are encoded a block at a time."""
+    """Each text's tokens followed by eos, as ``dtype``; the texts are encoded a block at a time. An id
+    outside the tokenizer's vocabulary (which ``dtype`` may not hold) is a one-line DataError."""
+    vocab = int(tok.vocab_size)
+    if not 0 <= tok.eos_id < vocab:
+        raise DataError(f"tokenizer {tok.name}'s eos id {tok.eos_id} is outside its vocabulary of {vocab} ids; "
+                        "use another tokenizer")
     eos = np.array([tok.eos_id], dtype=dtype)
     block, size = [], 0
     for text in itertools.chain(texts, [None]):
@@ -51,7 +82,14 @@ def doc_tokens(texts, tok, dtype) -> Iterator[np.ndarray]:
             block.append(text)
             size += len(text)
         if block and (size >= ENCODE_CHARS or text is None):
-            yield from (np.concatenate([np.asarray(ids, dtype), eos]) for ids in tok.encode_many(block))
+            for doc, ids in zip(block, tok.encode_many(block)):
+                ids = np.asarray(ids)
+                bad = outside(ids, vocab)
+                if bad is not None:
+                    raise DataError(f"tokenizer {tok.name} gave id {ids[bad]}, outside its vocabulary of {vocab} "
+                                    f"ids, for the document beginning {doc[:40]!r}; use another tokenizer "
+                                    "(data.tokenizer)")
+                yield np.concatenate([ids.astype(dtype, copy=False), eos])
             block, size = [], 0
 
 
@@ -111,8 +149,10 @@ class TokenShards:
     """Random access to prepared shards: ``len(t)`` tokens, ``t[a:b]`` a numpy array (read with ``pread``
     locally, a ranged read remotely; nothing is memory-mapped or held whole). Picklable."""
 
-    def __init__(self, roots: list[str]):
+    def __init__(self, roots: list[str], vocab: int = 0, tokenizer: str = ""):
+        """``vocab``: the ids :meth:`check` allows are below it (0: none checked); ``tokenizer`` names it."""
         self.roots, files, counts = list(roots), [], []
+        self.vocab, self.tokenizer = int(vocab), tokenizer
         dtypes = set()
         for root in self.roots:
             meta = json.loads((epath(root) / "manifest.json").read_text())
@@ -126,6 +166,13 @@ class TokenShards:
         self.files = files
         self.ends = np.cumsum(counts, dtype=np.int64)
         self._fds: dict[int, object] = {}
+        for path in files:   # local shards are checked now (a stat each); remote ones when read
+            if "://" not in path and not os.path.isfile(path):
+                raise self._missing(path)
+
+    @staticmethod
+    def _missing(path: str) -> DataError:
+        return DataError(f"prepared shard {path} is missing; {rebuild(os.path.dirname(path), [])}")
 
     def __getstate__(self):
         return {**self.__dict__, "_fds": {}}
@@ -154,18 +201,44 @@ class TokenShards:
     def _read(self, i: int, offset: int, n: int) -> np.ndarray:
         size = self.dtype.itemsize
         path = self.files[i]
-        if "://" in path:
-            with epath(path).open("rb") as f:
-                f.seek(offset * size)
-                data = f.read(n * size)
-        else:
-            if i not in self._fds:
-                self._fds[i] = os.open(path, os.O_RDONLY)
-            data = os.pread(self._fds[i], n * size, offset * size)
+        try:
+            if "://" in path:
+                with epath(path).open("rb") as f:
+                    f.seek(offset * size)
+                    data = f.read(n * size)
+            else:
+                if i not in self._fds:
+                    self._fds[i] = os.open(path, os.O_RDONLY)
+                data = os.pread(self._fds[i], n * size, offset * size)
+        except FileNotFoundError:
+            raise self._missing(path) from None
         if len(data) != n * size:
-            raise DataError(f"prepared shard {path} is shorter than its manifest says; delete "
-                            f"{os.path.dirname(path)} and prepare it again")
+            raise DataError(f"prepared shard {path} is shorter than its manifest says; "
+                            f"{rebuild(os.path.dirname(path), [path])}")
         return np.frombuffer(data, self.dtype)
+
+    def check(self, ids: np.ndarray, start: int | None = None) -> None:
+        """Every id of ``ids`` (read from these shards from token ``start``; None: from where is not known)
+        is in the vocabulary (one vectorized max); else a one-line DataError naming the shard that holds
+        the first id outside it (found, when ``start`` is None, by reading the shards in order)."""
+        bad = outside(np.asarray(ids).reshape(-1), self.vocab) if self.vocab else None
+        if bad is None:
+            return
+        at = start + bad if start is not None else self._first_outside()
+        i = int(np.searchsorted(self.ends, at, side="right"))
+        path, first = self.files[i], int(self.ends[i - 1]) if i else 0
+        raise DataError(f"prepared shard {path} holds token id {self[at:at + 1][0]} (its token {at - first}), outside "
+                        f"the vocabulary of {self.vocab} ids of tokenizer {self.tokenizer}; it was overwritten or "
+                        f"prepared with another tokenizer: {rebuild(os.path.dirname(path))}")
+
+    def _first_outside(self) -> int:
+        step = 1 << 22
+        for at in range(0, len(self), step):
+            bad = outside(self[at:at + step], self.vocab)
+            if bad is not None:
+                return at + bad
+        raise DataError(f"a token id outside the vocabulary of {self.vocab} ids was read from {self.roots}, but the "
+                        f"shards no longer hold it (rewritten meanwhile?); {rebuild(self.roots[0])}")
 
     def __del__(self):
         for fd in self._fds.values():

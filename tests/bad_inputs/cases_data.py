@@ -122,6 +122,40 @@ UNDECODABLE = [
          "a.parquet row 3 field 'text' is not UTF-8 text", setup=_not_utf8_parquet, changes=PIECES),
 ]
 
+def _prepared(damage):
+    """setup: a JSONL corpus at {tmp}/d prepared into {tmp}/tok by `data prepare`, then ``damage(train split
+    directory)`` done to its shards."""
+    def setup(ctx):
+        from edge_jax.cli import main
+        _jsonl([{"text": TEXT + str(i)} for i in range(60)])(ctx)
+        assert main([ctx.fill(a) for a in _prepare(*CORPUS)]) == 0
+        damage(next((ctx.tmp / "tok").glob("*-train-*")))
+    return setup
+
+
+def _overwrite(split):
+    """Every train shard overwritten with token id 60000 (the byte tokenizer has 258)."""
+    import numpy as np
+    for shard in sorted(split.glob("*.bin")):
+        np.full(shard.stat().st_size // 2, 60000, "<u2").tofile(shard)
+
+
+def _delete(split):
+    (split / "00003.bin").unlink()
+
+
+CORPUS = ("name=jsonl:{tmp}/d/*.jsonl", "tokens_dir={tmp}/tok")
+REBUILD = "then run `edge-jax data prepare` with this run's --config flags to prepare it again"
+SHARDS = [
+    Case("shard_ids_outside_vocabulary", _data(*CORPUS), ("train-byte/00000.bin holds token id 60000",
+                                                          "outside the vocabulary of 258 ids", REBUILD),
+         setup=_prepared(_overwrite), changes=(*CLAIMED, "run/metrics.jsonl", "run/tb/*")),  # found in batch 1
+    _row("shard_deleted", _data(*CORPUS), ("prepared shard ", "train-byte/00003.bin is missing",
+                                           "train-byte/manifest.json", REBUILD), setup=_prepared(_delete)),
+    Case("shard_deleted_prepare", _prepare(*CORPUS), ("train-byte/00003.bin is missing", REBUILD),
+         setup=_prepared(_delete)),
+]
+
 CASES = [
     # dataset names
     _row("dataset_unknown", _data("name=pystdlb"), "unknown dataset 'pystdlb'; did you mean 'pystdlib'?"),
@@ -153,4 +187,5 @@ CASES = [
     Case("tokenizer_spec_unknown", _data("tokenizer=bpe"), "unknown tokenizer spec 'bpe'"),
     Case("tokenizer_spm_vocab_too_small", _data("tokenizer=spm:100"), "bad tokenizer spec 'spm:100'"),
     *UNDECODABLE,
+    *SHARDS,
 ]
