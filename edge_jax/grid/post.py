@@ -37,9 +37,10 @@ def absent_inputs(records: Iterable[dict], name: str = "") -> list[str]:
     missing = []
     for rec in records:
         wd = rec.get("workdir") or ""
-        path = os.path.join(wd, name) if name else wd
-        if not wd or not os.path.exists(path):
-            missing.append(path or f"(no workdir in the {rec.get('cell')} seed {rec.get('seed')} record)")
+        if not wd:
+            missing.append(f"(no workdir in the {rec.get('cell')} seed {rec.get('seed')} record)")
+        elif not os.path.exists(os.path.join(wd, name) if name else wd):
+            missing.append(os.path.join(wd, name) if name else wd)
     return missing
 
 

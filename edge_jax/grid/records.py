@@ -53,7 +53,7 @@ def load_records(out: str | Path, log: Callable[[str], None] | None = None) -> R
     """Every readable record under OUT/records, in file-name order, each (grid, preset, cell, seed) once
     (see the module docstring); ``log`` gets a warning per unreadable file and per duplicate."""
     records, paths, unreadable = [], [], []
-    first: dict[tuple, tuple[Path, dict]] = {}
+    first: dict[tuple, int] = {}   # key -> index in records
     for path in sorted((Path(out) / "records").glob("*.json")):
         rec, why = read_record(path)
         if rec is None:
@@ -63,19 +63,24 @@ def load_records(out: str | Path, log: Callable[[str], None] | None = None) -> R
             continue
         key = (rec.get("grid"), rec.get("preset"), rec.get("cell"), rec.get("seed"))
         if key not in first:
-            first[key] = (path, rec)
+            first[key] = len(records)
             records.append(rec)
             paths.append(path)
             continue
-        kept, other = first[key]
-        if _values(other) != _values(rec):
+        i = first[key]
+        kept, extra = paths[i], path
+        if path.name == canonical_name(rec) and kept.name != path.name:   # keep the file the runner named
+            kept, extra = path, kept
+        if _values(records[i]) != _values(rec):
             raise DuplicateRecordError(
-                f"{kept} and {path} are both the record of cell {rec.get('cell')!r} seed {rec.get('seed')} "
+                f"{kept} and {extra} are both the record of cell {rec.get('cell')!r} seed {rec.get('seed')} "
                 f"(grid {rec.get('grid')!r}, preset {rec.get('preset')!r}) with different values; "
-                f"{_which_to_delete(kept, path, rec)}")
+                f"{_which_to_delete(kept, extra, rec)}")
+        if kept == path:
+            records[i], paths[i] = rec, path
         if log:
-            log(f"warning: {path} repeats the record {kept} (cell {rec.get('cell')!r} seed {rec.get('seed')}, "
-                f"same values); counted once, delete {path.name if path.name != canonical_name(rec) else kept.name}")
+            log(f"warning: {extra} repeats the record {kept} (cell {rec.get('cell')!r} seed {rec.get('seed')}, "
+                f"same values); counted once, delete {extra.name}")
     return Records(records, paths, unreadable)
 
 

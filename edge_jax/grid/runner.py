@@ -7,7 +7,9 @@ Layout under the output directory OUT:
     OUT/records/<cell>__seed<s>.json   the result record, written atomically at the end
 
 A record exists only for a finished cell x seed, so a rerun after a crash or kill
-skips the finished ones and resumes the others from their workdirs. A unit is run under its lock,
+skips the finished ones and resumes the others from their workdirs; an unreadable record (a truncated
+file) is moved to OUT/records.corrupt/ with a warning and its unit runs again
+(:func:`edge_jax.grid.records.has_record`). A unit is run under its lock,
 taken before its workdir is claimed and held until its record is written: a second process that
 reaches it (a retried job-array task) logs the holder and goes on with its other units, and the lock
 of a killed process is free again (the kernel drops it) for the next one to resume. A cell whose full
