@@ -64,6 +64,7 @@ def _toy_repo(tmp_path):
 @pytest.mark.parametrize("spec,want", [
     ("mean toy a val_loss", "3.133"),
     ("stat toy b val_loss", "2.600 ± 0.100"),
+    ("stat toy b val_loss scale=-1 fmt=.2f", "-2.60 ± 0.10"),
     ("diff toy a b val_loss fmt=.2f", "0.53"),
     ("diff toy a b val_loss scale=100 fmt=.0f", "53"),
     ("seeds toy", "3"),

@@ -107,7 +107,7 @@ def stat(src: Sources, grid: str, cell: str, metric: str, scale: str = "1", fmt:
     if not fmt:
         s = tables.stat([v * float(scale) for v in values])
         return tables.format_stat(s)
-    return f"{number(m, scale, fmt)} ± {number(statistics.stdev(values), scale, fmt)}"
+    return f"{number(m, scale, fmt)} ± {number(statistics.stdev(values) * abs(float(scale)), '1', fmt)}"
 
 
 @DOC_BLOCKS.register("seeds")
