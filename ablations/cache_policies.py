@@ -30,4 +30,5 @@ def get_grid(preset: str) -> dict:
     return {"name": "cache_policies", "title": "Two-tier MoE expert cache: stall vs VRAM capacity per policy",
             "base": BASE, "base_overrides": {}, "stages": stages(), "cells": cells, "metric": METRIC,
             "lower_is_better": True, "extra_metrics": EXTRA_METRICS, "paper": PAPER, "notes": NOTES,
-            "post": "edge_jax.papers.expert_cache.report:write_policy_report"}
+            "post": "edge_jax.papers.expert_cache.report:write_policy_report",
+            "record_notes": "edge_jax.papers.expert_cache.docs:record_notes"}

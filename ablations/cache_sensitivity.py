@@ -31,4 +31,5 @@ def get_grid(preset: str) -> dict:
     return {"name": "cache_sensitivity", "title": "Watermark policy sensitivity to eta, gamma, step and hysteresis "
             "(real trace, 20% VRAM)", "base": BASE, "base_overrides": {}, "stages": stages(), "cells": cells,
             "metric": METRIC, "lower_is_better": True, "extra_metrics": EXTRA_METRICS, "paper": PAPER,
-            "notes": NOTES, "post": "edge_jax.papers.expert_cache.report:write_sensitivity_report"}
+            "notes": NOTES, "post": "edge_jax.papers.expert_cache.report:write_sensitivity_report",
+            "record_notes": "edge_jax.papers.expert_cache.docs:record_notes"}

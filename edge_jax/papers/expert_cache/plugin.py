@@ -6,4 +6,4 @@ from edge_jax.papers.expert_cache import watermark  # noqa: F401  ewma, scoutgat
 from edge_jax.papers.expert_cache import watermark_pop  # noqa: F401  watermark_pop
 from edge_jax.papers.expert_cache import belady  # noqa: F401  the offline bound
 # isort: on
-from edge_jax.papers.expert_cache import cli, config, experiment  # noqa: F401
+from edge_jax.papers.expert_cache import cli, config, docs, experiment  # noqa: F401
