@@ -34,5 +34,5 @@ def get_grid(preset: str) -> dict:
 
 EXPLANATIONS = {
     "baseline_plus>meki": "at tiny both train 2.51M weights (MeKi's tables counted), where the paper's 1.7B dense has "
-                          "1.5x MeKi-0.6B's RAM + ROM; at equal size the memory wins (val_loss 4.37 vs 4.91)",
+                          "1.5x MeKi-0.6B's RAM + ROM; at equal size the memory wins (the val_loss column)",
 }

@@ -27,19 +27,17 @@ ZERO_SHOT = "avg zero-shot accuracy over 10 tasks (%)"
 ZERO_SHOT_TASKS = {"tiny": "builtin", "paper": "meki10"}
 
 TINY_NOTES = (
-    "Tiny preset: Qwen3-style decoder, d_model 128, 4 layers, 200 steps of 16 x 128 tokens on "
-    "pystdlib with the facts corpus mixed in (configs/meki.py), 4096-piece BPE vocabulary, "
-    "MeKi d_mem 64 (ROM 1.05M weights beside 1.38M RAM parameters, close to the paper's "
-    "0.54B ROM / 0.60B RAM). zero_shot_avg is the mean zero-shot accuracy over the built-in tasks "
-    "facts_mc (180 documents: the 30 QA-trained people's facts in held-out question wordings), code_cloze "
-    "(1,000) and longctx_mc (200), every built-in document scored, all 4-way, chance 0.25 (docs/eval.md): the stand-in for the "
-    "paper's ten benchmarks, and the ranking metric where the paper's is zero-shot accuracy; "
-    "zero_shot/facts_mc is the knowledge task alone. The facts corpus has 60 people mixed in 64 times so "
-    "the dense baseline recalls some facts (0.39 at seed 0) but not all. exact_match is greedy recall on "
-    "held-out facts questions about the other 30 people (knowledge extraction, at the floor at this "
-    "scale) and answer_nll the gold answers' mean NLL after the question (nats/token, lower is better). "
-    "The paper's numbers are zero-shot accuracies averaged over ten benchmarks after 50B tokens, so only "
-    "orderings are compared."
+    "Tiny preset: Qwen3-style decoder, d_model 128, 4 layers, pystdlib with the facts corpus mixed in "
+    "(configs/meki.py), MeKi d_mem 64 (ROM 1.05M weights beside 1.38M RAM parameters, close to the paper's "
+    "0.54B ROM / 0.60B RAM; edge-jax params). zero_shot_avg is the mean zero-shot accuracy over the built-in "
+    "tasks facts_mc (the 30 QA-trained people's facts in held-out question wordings), code_cloze and "
+    "longctx_mc, all 4-way, chance 0.25 (docs/eval.md; the documents each scored are below, from the "
+    "records): the stand-in for the paper's ten benchmarks, and the ranking metric where the paper's is "
+    "zero-shot accuracy; zero_shot/facts_mc is the knowledge task alone. The facts corpus is mixed in so the "
+    "dense baseline recalls some facts but not all. exact_match is greedy recall on held-out facts questions "
+    "about the other 30 people (knowledge extraction, at the floor at this scale) and answer_nll the gold "
+    "answers' mean NLL after the question (nats/token, lower is better). The paper's numbers are zero-shot "
+    "accuracies averaged over ten benchmarks after 50B tokens, so only orderings are compared."
 )
 
 GRID = PaperGrid({"tiny": "configs/meki.py:size=tiny", "paper": "configs/meki.py:size=qwen3_0p6b"},
@@ -60,4 +58,5 @@ def meki_grid(preset: str, *, name: str, title: str, cells: dict, paper: dict, n
         "zero_shot": ZERO_SHOT_TASKS[preset],
         "paper": paper, "notes": GRID.notes(preset, notes),
         "explanations": explanations or {},
+        "record_notes": "edge_jax.papers.meki.notes:record_notes",
     }
