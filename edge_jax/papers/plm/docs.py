@@ -6,7 +6,8 @@ cache sizes, from the model shapes themselves (what ``edge-jax params`` and ``an
 
     plm.params PART                       our count of PLM-1.8B (total, embedding, non_embedding) in B
     plm.params_vs_paper PART              that count / PLM Table 1's
-    plm.kv SIZE WHAT                      cached values per token and layer: mla, mha (its twin), ratio
+    plm.kv SIZE WHAT                      cached values per token and layer: mla, mha (its twin), ratio;
+                                          mla_bytes, mha_bytes: per token, all layers, 16 bits (eqs. 6-7)
     plm.pair GRID BETTER WORSE FIELD      a paper claim's paired test as the table gives it: mean, ci, p,
                                           min_detectable (Δ > 0: ours agrees)
     plm.min_detectable GRID               the range of the grid's claims' smallest detectable differences
@@ -74,8 +75,10 @@ def params_vs_paper(src, part: str) -> str:
 def kv(src, size: str, what: str, fmt: str = "") -> str:
     from edge_jax.papers.plm.kv_cache import formula_bytes, gqa_twin
     cfg = _model(size)
-    mla, mha = (formula_bytes(c, 16)["elements_per_layer"] for c in (cfg, gqa_twin(cfg)))
-    values = {"mla": mla, "mha": mha, "ratio": mla / mha}
+    mla, mha = (formula_bytes(c, 16) for c in (cfg, gqa_twin(cfg)))
+    values = {"mla": mla["elements_per_layer"], "mha": mha["elements_per_layer"],
+              "ratio": mla["elements_per_layer"] / mha["elements_per_layer"],
+              "mla_bytes": int(mla["bytes"]), "mha_bytes": int(mha["bytes"])}
     if what not in values:
         raise DocBlockError(f"plm.kv: no {what!r}; one of {', '.join(values)}")
     return number(values[what], fmt=fmt or (".4f" if what == "ratio" else ",d"))
@@ -210,6 +213,18 @@ def arch_table(src) -> str:
     return "\n".join(lines)
 
 
+def _machine(src) -> str:
+    """The benchmark's machine in words, from its provenance: ``2-core CPU``."""
+    prov = src.json(BENCH).get("provenance") or {}
+    cpus, platform = (prov.get("host") or {}).get("cpus"), (prov.get("device") or {}).get("platform", "?")
+    return f"{cpus}-core CPU" if platform == "cpu" else f"{(prov.get('device') or {}).get('device_kind', platform)}"
+
+
+@DOC_BLOCKS.register("plm.machine")
+def machine(src) -> str:
+    return _machine(src)
+
+
 @DOC_BLOCKS.register("plm.headline")
 def headline(src) -> str:
     def rate(cell, metric):
@@ -217,8 +232,31 @@ def headline(src) -> str:
     naive = _context(src, "8192")
     return (f"{params(src, 'total')} parameters (paper 1.83B); {kv(src, '1p8b', 'mla')} vs "
             f"{kv(src, '1p8b', 'mha')} cached values per token and layer ({kv(src, '1p8b', 'ratio')}); absorbed "
-            f"MLA decodes {naive['round_ratio']['absorbed_vs_naive']:.2f}× faster than naive at 8K (2-core CPU, "
+            f"MLA decodes {naive['round_ratio']['absorbed_vs_naive']:.2f}× faster than naive at 8K ({_machine(src)}, "
             f"median per round); activation sparsity rate at Δppl ≤ 1% of the model's perplexity (the headline) "
             f"ReLU² {rate('relu2', 'sparsity_rate')} vs SwiGLU {rate('swiglu', 'sparsity_rate')} "
             f"({rate('relu2', 'sparsity_rate_abs')} vs {rate('swiglu', 'sparsity_rate_abs')} at the paper's "
             f"absolute Δppl ≤ 1)")
+
+
+COMPILE = "results/plm_attention/paper_compile.json"
+
+
+@DOC_BLOCKS.register("plm.compile")
+def compile_span(src, column: str, how: str = "range", topology: str = "v5p-128") -> str:
+    """A column of the paper-preset compile table over its rows: ``range`` (``12,661-13,998 ms``) or
+    ``sum`` (``75.2 d``) of each row's leading number, with the unit the cells print."""
+    rows = (src.json(COMPILE).get(topology) or {}).get("rows") or {}
+    cells = [str(row.get(column, "")) for row in rows.values()]
+    found = [NUMBER.search(c) for c in cells]
+    if not cells or not all(found):
+        raise DocBlockError(f"{COMPILE}: {topology} has no numeric column {column!r}")
+    values = [float(m[0].replace(",", "")) for m in found]
+    unit = cells[0][found[0].end():].split("(")[0].strip()
+    decimals = len(found[0][0].partition(".")[2])
+    fmt = f",.{decimals}f"
+    if how == "sum":
+        return f"{number(sum(values), fmt=fmt)} {unit}".strip()
+    if how != "range":
+        raise DocBlockError(f"plm.compile: {how!r} is not range or sum")
+    return f"{_span(values, fmt)} {unit}".strip()
