@@ -4,7 +4,8 @@ Config options follow big_vision: ``--config configs/lm.py:size=tiny --config.tr
 Errors a user can fix (:class:`edge_jax.errors.UserError`) are printed as one line
 (``edge-jax: error: ...``) with exit status 2, and so are argparse's refusals (:class:`Parser`); each
 command checks its arguments (:mod:`edge_jax.utils.args`) before it starts work. A run stopped by
-SIGTERM after saving a checkpoint (:class:`edge_jax.errors.Preempted`) prints one line and exits 75.
+SIGTERM after saving a checkpoint (:class:`edge_jax.errors.Preempted`) prints one line and exits 75; a
+first Ctrl-C does the same and exits 130 (:class:`edge_jax.errors.Interrupted`), a second stops at once.
 The core subcommands are defined here; each paper adds its own through
 :data:`edge_jax.registry.COMMANDS` (see :func:`build_parser`). Every command that runs models may be
 one process of a multi-process job: it takes ``--coordinator-address``, ``--num-processes`` and
@@ -25,7 +26,7 @@ from typing import Callable
 
 from edge_jax import distributed, plugins
 from edge_jax.compile.chips import prepare_for_argv
-from edge_jax.errors import EXIT_PREEMPTED, ConfigError, Preempted, UserError
+from edge_jax.errors import EXIT_INTERRUPTED, EXIT_PREEMPTED, ConfigError, Interrupted, Preempted, UserError
 from edge_jax.utils.args import UsageError, at_least, count, output_dir, positive, trained_workdir
 
 # Core groups that registered commands join as "GROUP NAME": group -> (help, dest of the choice).
@@ -244,10 +245,17 @@ def main(argv: list[str] | None = None) -> int:
         print(f"edge-jax: error: {e}", file=sys.stderr)
         distributed.leave(2)
         return 2
-    except Preempted as e:  # SIGTERM: a checkpoint was saved, the same command resumes
-        print(f"edge-jax: preempted: {e}", file=sys.stderr)
-        distributed.leave(EXIT_PREEMPTED)
-        return EXIT_PREEMPTED
+    except Preempted as e:  # SIGTERM or a first Ctrl-C: a checkpoint was saved, the same command resumes
+        interrupted = isinstance(e, Interrupted)
+        print(f"edge-jax: {'interrupted' if interrupted else 'preempted'}: {e}", file=sys.stderr)
+        status = EXIT_INTERRUPTED if interrupted else EXIT_PREEMPTED
+        distributed.leave(status)
+        return status
+    except KeyboardInterrupt:  # Ctrl-C outside training, or a second one: stopped at once
+        print("\nedge-jax: interrupted: stopped at once; what was saved before is kept (rerun the same command to "
+              "resume a training run from its last checkpoint)", file=sys.stderr)
+        distributed.leave(EXIT_INTERRUPTED)
+        return EXIT_INTERRUPTED
     except BaseException:
         if distributed.process_count() > 1:  # the traceback, then out at once (distributed.leave)
             traceback.print_exc()

@@ -36,3 +36,11 @@ EXIT_PREEMPTED = 75  # sysexits' EX_TEMPFAIL: try again later (a job array or a 
 class Preempted(BaseException):
     """SIGTERM stopped a run after it saved a checkpoint (not an Exception: nothing may treat it as a failed
     unit and go on); the CLI prints its one line and exits with :data:`EXIT_PREEMPTED`."""
+
+
+EXIT_INTERRUPTED = 130  # 128 + SIGINT, what a shell reports for a program stopped by Ctrl-C
+
+
+class Interrupted(Preempted):
+    """Ctrl-C (SIGINT) stopped a run after it saved a checkpoint, as SIGTERM does (:class:`Preempted`); the
+    CLI prints its one line and exits with :data:`EXIT_INTERRUPTED`."""

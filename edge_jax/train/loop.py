@@ -17,7 +17,7 @@ import jax.numpy as jnp
 from edge_jax import distributed
 from edge_jax.config import flat_json, schema_defaults
 from edge_jax.data import make_eval_batches, make_train_iter
-from edge_jax.errors import Preempted, UserError
+from edge_jax.errors import Interrupted, Preempted, UserError
 from edge_jax.models.inputs import with_host_inputs
 from edge_jax.registry import RUNNERS, SECTIONS
 from edge_jax.sharding import batch_sharding, on_mesh, process_block, process_rows, to_global
@@ -145,7 +145,7 @@ def train_and_evaluate(config, workdir: str, devices=None) -> dict:
                 profiler.step_done(step, state)
                 periodic = step % t.ckpt_every == 0 or step == t.steps
                 evaluating = step % t.eval_every == 0 or step == t.steps
-                stop = watch.reached(step)  # SIGTERM: every process saves this step and stops
+                stop = watch.reached(step)  # SIGTERM or Ctrl-C: every process saves this step and stops
                 if periodic or evaluating or stop:
                     through = step  # what uses the state needs this step's loss first
                 elif step - READ_LAG > start and (step - READ_LAG) % t.log_every == 0:
@@ -175,8 +175,9 @@ def train_and_evaluate(config, workdir: str, devices=None) -> dict:
                         ckpt.save(step, state, feed.data_state(), force=step == t.steps or stop, metrics=saved)
                 if stop:
                     ckpt.wait()
-                    raise Preempted(f"stopped by SIGTERM after step {step} of {t.steps}; its checkpoint is in "
-                                    f"{ckpt.directory}: rerun the same command to resume")
+                    stopped = Interrupted if watch.interrupted else Preempted
+                    raise stopped(f"stopped by {'Ctrl-C' if watch.interrupted else 'SIGTERM'} after step {step} of "
+                                  f"{t.steps}; its checkpoint is in {ckpt.directory}: rerun the same command to resume")
         ckpt.wait()
         if final is None:  # nothing left to train: the run had already finished
             final = evaluate(eval_step, state.params, eval_batches, data_sharding)

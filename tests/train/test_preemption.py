@@ -1,4 +1,5 @@
-"""SIGTERM (a preemption, a time limit) saves a checkpoint at the next step and exits 75; rerunning resumes exactly."""
+"""SIGTERM (a preemption, a time limit) saves a checkpoint at the next step and exits 75 (Ctrl-C: 130); rerunning
+resumes exactly."""
 import os
 import signal
 import subprocess
@@ -8,7 +9,7 @@ import time
 import pytest
 from conftest import tiny_overrides
 
-from edge_jax.errors import EXIT_PREEMPTED
+from edge_jax.errors import EXIT_INTERRUPTED, EXIT_PREEMPTED
 from edge_jax.train.metrics import read_jsonl
 
 STEPS = 30
@@ -48,6 +49,43 @@ def test_sigterm_saves_the_next_step_and_a_rerun_resumes_with_equal_losses(tiny_
     done = subprocess.run(_argv(wd), capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]
     assert _losses(wd) == _losses(whole)
+
+
+@pytest.mark.slow  # two runs in subprocesses: about 30 s, over a minute on a busy machine
+def test_ctrl_c_saves_the_next_step_exits_130_in_one_line_and_a_rerun_resumes(tmp_path):
+    wd = str(tmp_path / "cut")
+    proc = subprocess.Popen(_argv(wd), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 300
+    while not (_losses(wd) if os.path.exists(os.path.join(wd, "metrics.jsonl")) else {}):
+        assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=300)
+    assert proc.returncode == EXIT_INTERRUPTED, err[-2000:]
+    assert "Traceback" not in out + err and "KeyboardInterrupt" not in err, err[-2000:]
+    lines = [x for x in err.splitlines() if x.startswith("edge-jax: ")]
+    cut = max(_losses(wd))
+    assert lines == [f"edge-jax: interrupted: stopped by Ctrl-C after step {cut} of {STEPS}; its checkpoint is in "
+                     f"{os.path.join(wd, 'checkpoints')}: rerun the same command to resume"], err[-2000:]
+    assert cut < STEPS and sorted(int(d) for d in os.listdir(os.path.join(wd, "checkpoints"))) == [cut]
+    # the rerun starts at step cut + 1 (its progress bar opens at cut) and finishes
+    done = subprocess.run(_argv(wd), capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert f" {cut}/{STEPS} [" in done.stderr and f" 0/{STEPS} [" not in done.stderr
+    assert sorted(_losses(wd)) == list(range(1, STEPS + 1))
+
+
+def test_a_second_ctrl_c_interrupts_at_once():
+    from edge_jax.train.preemption import PreemptionWatch
+    before = signal.getsignal(signal.SIGINT)
+    with PreemptionWatch() as watch:
+        os.kill(os.getpid(), signal.SIGINT)
+        time.sleep(0.1)
+        assert watch.reached(1) and watch.interrupted
+        with pytest.raises(KeyboardInterrupt):
+            os.kill(os.getpid(), signal.SIGINT)
+            time.sleep(1)
+    assert signal.getsignal(signal.SIGINT) is before
 
 
 @pytest.mark.parametrize("signalled", [False, True])
