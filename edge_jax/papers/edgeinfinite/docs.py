@@ -12,7 +12,6 @@ Kinds, each ``fn(src, *args, **options)`` (:mod:`edge_jax.docgen.sources`):
     edgeinfinite.kv_slots GRID             the most KV slots a layer held, per cell
     edgeinfinite.ttft_ratio LENGTH         Fig. 3 bench: EdgeInfinite's time to first token over FullKV's
     edgeinfinite.peak_mib LENGTH METHOD    Fig. 3 bench: a method's peak in MiB
-    edgeinfinite.compile TOPOLOGY RUN COL  a cell of the paper-preset compile table, as written
 
 A metric ending in ``answer_nll`` is lower-is-better (nats per token), every other one higher-is-better
 (exact match in percent). :func:`record_notes` is both grids' ``record_notes`` hook.
@@ -30,7 +29,6 @@ from edge_jax.registry import DOC_BLOCKS
 
 BENCH = "results/edgeinfinite_bench/fig3.json"  # edge-jax bench long-context --plot ...fig3.png (its data)
 PEAK = "longctx/peak_cache_tokens"
-COMPILE = "results/edgeinfinite_main/paper_compile.json"  # edge-jax grid ... --preset paper --compile-only
 
 
 def lower_is_better(metric: str) -> bool:
@@ -152,15 +150,6 @@ def peak_mib(src: Sources, length: str, method: str, fmt: str = ",.1f") -> str:
     if not point.get("peak_bytes"):
         raise DocBlockError(f"{BENCH}: {method} was not measured at {length} tokens")
     return number(point["peak_bytes"] / 2 ** 20, fmt=fmt)
-
-
-@DOC_BLOCKS.register("edgeinfinite.compile")
-def compile_estimate(src: Sources, topology: str, run: str, column: str) -> str:
-    """A cell of the paper-preset compile table (results/edgeinfinite_main/paper_compile.json), as written."""
-    rows = src.json(COMPILE).get(topology, {}).get("rows", {})
-    if column not in rows.get(run, {}):
-        raise DocBlockError(f"{COMPILE} has no {topology!r} / {run!r} / {column!r}")
-    return str(rows[run][column])
 
 
 @DOC_BLOCKS.register("edgeinfinite.headline")

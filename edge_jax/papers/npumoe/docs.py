@@ -17,8 +17,6 @@ docs/npumoe.md and of README's NPUMoE row that need more than one cell's mean.
     npumoe.sweep PATH                           the Table 5 sweep of ``bench moe --capacities`` as a table
     npumoe.sweep_ratio PATH OVERFLOW            ``g1 0.82×, g8 0.52×``: each group's latency at the smallest
                                                 capacity over the largest, under one overflow policy
-    npumoe.compile FIELD [TOPOLOGY]             a field of the paper preset's compile row (``est. step``) in
-                                                results/npumoe_ablation/paper_compile.json
     npumoe.headline                             README's headline cell for NPUMoE
 
 Every kind takes ``fmt=`` (a Python format) where it prints numbers; without it numbers print as the tables
@@ -184,15 +182,6 @@ def sweep_ratio(src: Sources, path: str, overflow: str, fmt: str = ".2f") -> str
     caps = sorted({capacity(n) for n in cells})
     return ", ".join(f"g{g} {number(cells[f'g{g}_c{caps[0]}']['ms_per_token'] / cells[f'g{g}_c{caps[-1]}']['ms_per_token'], fmt=fmt)}×"
                      for g in sorted({group(n) for n in cells}))
-
-
-@DOC_BLOCKS.register("npumoe.compile")
-def compile_field(src: Sources, field: str, topology: str = "v5p-128", run: str = "stage moe") -> str:
-    path = "results/npumoe_ablation/paper_compile.json"
-    row = src.json(path).get(topology, {}).get("rows", {}).get(run, {})
-    if field not in row:
-        raise DocBlockError(f"{path} has no {field!r} for {run!r} on {topology}; fields: {', '.join(row) or 'none'}")
-    return str(row[field])
 
 
 @DOC_BLOCKS.register("npumoe.headline")
