@@ -71,21 +71,22 @@ def run(args: argparse.Namespace, overrides) -> int:
     for key, value in {**DEFAULTS, **bench.defaults}.items():
         if getattr(args, key) is None:
             setattr(args, key, value)
+    origin = provenance() if args.json else None  # the tree as the benchmark starts, not as it ends
     report = bench(args, overrides)
     print(report)
     if args.json:
-        write_result(args.json, report, measured=bench.writes_json)
+        write_result(args.json, report, measured=bench.writes_json, origin=origin)
     return 0
 
 
-def write_result(path: str, report, measured: bool) -> None:
+def write_result(path: str, report, measured: bool, origin: dict | None = None) -> None:
     """``--json``: what the benchmark measured (``result``: the JSON a benchmark that ``writes_json`` wrote
     there, else absent), the report it printed, and where it came from (``provenance``: the command, the
     commit, the machine, the date), so that a number quoted in the docs has its file (process 0 writes)."""
     from edge_jax import distributed
     if not distributed.is_lead():
         return
-    out = {"report": str(report), "provenance": provenance()}
+    out = {"report": str(report), "provenance": origin or provenance()}
     if measured and Path(path).is_file():
         out = {"result": json.loads(Path(path).read_text()), **out}
     write_json_atomic(path, out)
