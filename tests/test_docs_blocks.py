@@ -57,7 +57,8 @@ def _toy_repo(tmp_path):
             (records / f"{cell}__seed{seed}.json").write_text(json.dumps(
                 {"grid": "toy", "preset": "tiny", "cell": cell, "seed": seed, "metrics": {"val_loss": v},
                  "git": {"commit": "0" * 40, "dirty": False}}))
-    (tmp_path / "results" / "bench.json").write_text(json.dumps({"cases": [{"ratio": 0.98123, "est. step": "1,958 ms"}]}))
+    (tmp_path / "results" / "bench.json").write_text(json.dumps({"cases": [{"ratio": 0.98123, "est. step": "1,958 ms"}],
+        "provenance": {"device": {"platform": "cpu"}, "host": {"cpus": 2, "load_avg_1m": 0.19}}}))
     return sources.Sources(tmp_path)
 
 
@@ -71,6 +72,7 @@ def _toy_repo(tmp_path):
     ("p toy a b val_loss", "0.026"),
     ("json results/bench.json cases.0.ratio fmt=.3f", "0.981"),
     ("json results/bench.json cases 0 'est. step'", "1,958 ms"),
+    ("machine results/bench.json", "2-core CPU, load average 0.2 at its start"),
 ])
 def test_inline_kinds(tmp_path, spec, want):
     src = _toy_repo(tmp_path)

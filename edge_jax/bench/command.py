@@ -96,5 +96,6 @@ def provenance() -> dict:
     """The command, git commit, devices, host, library versions and UTC date of this run."""
     from edge_jax.utils import provenance as p
     return {"command": p.command_line(), "git": p.git_info(Path.cwd()), "device": p.device_info(),
-            "host": {"machine": platform.machine(), "cpus": os.cpu_count(), "processor": platform.processor()},
+            "host": {"machine": platform.machine(), "cpus": os.cpu_count(), "processor": platform.processor(),
+                     "load_avg_1m": os.getloadavg()[0] if hasattr(os, "getloadavg") else None},
             "versions": p.versions(), "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")}

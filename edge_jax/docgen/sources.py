@@ -11,6 +11,8 @@ format (``fmt=.2f``, ``fmt=,.0f``); ``scale=`` multiplies first (``scale=100`` f
     seeds GRID [CELL]                        the seeds a cell has (the fewest over cells without CELL)
     diff GRID A B METRIC                     the mean over paired seeds of A - B
     p GRID A B METRIC                        the paired t-test's two-sided p of A - B
+    machine PATH                             where a benchmark's JSON was measured, from its provenance:
+                                             ``2-core CPU, load average 0.2 at its start`` or ``NVIDIA H200``
     json PATH KEY                            a value of a committed JSON file (KEY dotted: ``cases.0.ratio``, or
                                              one argument per level: ``v5p-128 rows meki_4b "est. step"``)
 """
@@ -186,3 +188,16 @@ def json_row(src: Sources, rel: str, topology: str, run: str) -> dict:
         return data[topology]["rows"][run]
     except (KeyError, TypeError):
         raise DocBlockError(f"{rel} has no run {run!r} on {topology}") from None
+
+
+@DOC_BLOCKS.register("machine")
+def machine(src: Sources, rel: str) -> str:
+    """Where the benchmark behind ``rel`` ran, in words, from its ``provenance`` (bench --json)."""
+    prov = src.json(rel).get("provenance") if isinstance(src.json(rel), dict) else None
+    if not prov:
+        raise DocBlockError(f"{rel} has no provenance; rerun its benchmark with --json {rel}")
+    device, host = prov.get("device") or {}, prov.get("host") or {}
+    if device.get("platform") != "cpu":
+        return str(device.get("device_kind") or device.get("platform") or "an unknown device")
+    load = host.get("load_avg_1m")
+    return f"{host.get('cpus')}-core CPU" + ("" if load is None else f", load average {load:.1f} at its start")

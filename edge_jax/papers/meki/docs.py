@@ -34,7 +34,7 @@ import csv
 import statistics
 
 from edge_jax.docgen.blocks import DocBlockError
-from edge_jax.docgen.sources import Sources, number
+from edge_jax.docgen.sources import Sources, machine, number
 from edge_jax.grid import verdicts
 from edge_jax.grid.tables import format_p, per_seed
 from edge_jax.papers.meki.notes import TASKS, docs_scored
@@ -382,5 +382,5 @@ def headline(src: Sources) -> str:
             f"p {format_p(facts.p)}), but its zero-shot average is {noise} at {avg.n} seeds, at both widths "
             f"(about {avg.needs_text} and {avg_plus.needs_text} needed); it also beats a 1.5× wider dense model in "
             f"validation loss ({number(m['meki'])} vs {number(m['baseline_plus'])}); folded decoding runs at "
-            f"{folded:.2f}× the baseline's speed on a loaded 2-core CPU (per-round ratios {lo:.2f}-{hi:.2f}, p25-p75; "
+            f"{folded:.2f}× the baseline's speed ({machine(src, DECODE)}; per-round ratios {lo:.2f}-{hi:.2f}, p25-p75; "
             f"paper 0.99)")

@@ -27,7 +27,7 @@ from __future__ import annotations
 import statistics
 
 from edge_jax.docgen.blocks import DocBlockError
-from edge_jax.docgen.sources import Sources, number
+from edge_jax.docgen.sources import Sources, machine, number
 from edge_jax.registry import DOC_BLOCKS
 
 MS = "moe/ms_per_token"
@@ -199,8 +199,9 @@ def headline(src: Sources) -> str:
         f", {noise} within noise" if noise else "") + (f", {other} against it" if other else "")
     drop = src.per_seed("npumoe_accuracy", "c128_saliency", "moe/drop_pct").values()
     acc = [-v for v in src.per_seed("npumoe_accuracy", "c128_saliency", "moe/accuracy_change").values()]
-    return (f"all of Fig. 17's steps {bench:.2f}× faster than Ours-base in `bench moe` on a loaded 2-core CPU "
-            f"(paper 2.89×; {speedup(src, grid, 'all', 'base')}× in the tiny model's grid, "
+    return (f"all of Fig. 17's steps {bench:.2f}× faster than Ours-base in `bench moe` "
+            f"({machine(src, 'results/npumoe_bench/bench.json')}; paper 2.89×; "
+            f"{speedup(src, grid, 'all', 'base')}× in the tiny model's grid, "
             f"{len(src.per_seed(grid, 'all', MS))} seeds each timed alone, {order}); "
             f"Overlap@4 {overlap(src, 'heldout_overlap@4_mean')}% (paper 86%); dropping "
             f"{_pm(drop)}% of token copies (capacity 128, {len(acc)} seeds) costs {_pm(acc)} accuracy points "

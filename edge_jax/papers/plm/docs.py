@@ -28,7 +28,7 @@ import re
 import statistics
 
 from edge_jax.docgen.blocks import DocBlockError
-from edge_jax.docgen.sources import number
+from edge_jax.docgen.sources import machine, number
 from edge_jax.grid.tables import format_p, format_stat
 from edge_jax.registry import DOC_BLOCKS
 
@@ -213,18 +213,6 @@ def arch_table(src) -> str:
     return "\n".join(lines)
 
 
-def _machine(src) -> str:
-    """The benchmark's machine in words, from its provenance: ``2-core CPU``."""
-    prov = src.json(BENCH).get("provenance") or {}
-    cpus, platform = (prov.get("host") or {}).get("cpus"), (prov.get("device") or {}).get("platform", "?")
-    return f"{cpus}-core CPU" if platform == "cpu" else f"{(prov.get('device') or {}).get('device_kind', platform)}"
-
-
-@DOC_BLOCKS.register("plm.machine")
-def machine(src) -> str:
-    return _machine(src)
-
-
 @DOC_BLOCKS.register("plm.headline")
 def headline(src) -> str:
     def rate(cell, metric):
@@ -232,7 +220,7 @@ def headline(src) -> str:
     naive = _context(src, "8192")
     return (f"{params(src, 'total')} parameters (paper 1.83B); {kv(src, '1p8b', 'mla')} vs "
             f"{kv(src, '1p8b', 'mha')} cached values per token and layer ({kv(src, '1p8b', 'ratio')}); absorbed "
-            f"MLA decodes {naive['round_ratio']['absorbed_vs_naive']:.2f}× faster than naive at 8K ({_machine(src)}, "
+            f"MLA decodes {naive['round_ratio']['absorbed_vs_naive']:.2f}× faster than naive at 8K ({machine(src, BENCH)}; "
             f"median per round); activation sparsity rate at Δppl ≤ 1% of the model's perplexity (the headline) "
             f"ReLU² {rate('relu2', 'sparsity_rate')} vs SwiGLU {rate('swiglu', 'sparsity_rate')} "
             f"({rate('relu2', 'sparsity_rate_abs')} vs {rate('swiglu', 'sparsity_rate_abs')} at the paper's "
