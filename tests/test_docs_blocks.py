@@ -72,6 +72,8 @@ def _toy_repo(tmp_path):
     ("p toy a b val_loss", "0.026"),
     ("json results/bench.json cases.0.ratio fmt=.3f", "0.981"),
     ("json results/bench.json cases 0 'est. step'", "1,958 ms"),
+    ("goal results/bench.json cases.0.ratio at_least 0.98", "met"),
+    ("goal results/bench.json cases.0.ratio above 0.99", "not met"),
     ("machine results/bench.json", "2-core CPU, load average 0.2 at its start"),
 ])
 def test_inline_kinds(tmp_path, spec, want):
@@ -91,6 +93,8 @@ def test_a_multiline_block_keeps_its_lines(tmp_path):
 @pytest.mark.parametrize("text,says", [
     ("a\n<!-- edge-jax docs: mean toy a val_loss -->3", "<text>:2: block 'mean toy a val_loss' is not closed"),
     ("<!-- edge-jax docs: nope -->1<!-- /edge-jax docs -->", "unknown doc block 'nope'"),
+    ("a\n<!-- edge-jax doc: seeds toy -->1<!-- /edge-jax docs -->", "<text>:2: a docs marker that opens or closes no"),
+    ("<!-- edge-jax docs: seeds toy -->1<!-- /edge-jax docs --> 2<!-- /edge-jax docs -->", "opens or closes no block"),
     ("<!-- edge-jax docs: mean toy z val_loss -->1<!-- /edge-jax docs -->", "grid toy has no cell 'z'"),
     ("<!-- edge-jax docs: mean toy a val_ppl -->1<!-- /edge-jax docs -->", "no record of toy/a has the metric"),
     ("<!-- edge-jax docs: mean nogrid a m -->1<!-- /edge-jax docs -->", "no ablation file ablations/nogrid.py"),

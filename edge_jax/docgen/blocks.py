@@ -15,8 +15,9 @@ from typing import Callable
 from edge_jax import registry
 from edge_jax.errors import ConfigError, UserError
 
-OPEN = re.compile(r"<!-- edge-jax docs: (?P<spec>[^>]*?)\s*-->")
-CLOSE = re.compile(r"<!-- /edge-jax docs(?:: [^>]*?)? -->")
+OPEN = re.compile(r"<!-- edge-jax docs: (?P<spec>.*?)\s*-->", re.S)
+CLOSE = re.compile(r"<!-- /edge-jax docs(?:: .*?)? -->", re.S)
+ANY = re.compile(r"<!-- */? *edge-jax docs")
 
 
 class DocBlockError(UserError):
@@ -53,7 +54,7 @@ def _code_hidden(text: str) -> str:
 def find(text: str, path: str = "<text>") -> list[Block]:
     """Every block of ``text`` outside code, in order; a one-line :class:`DocBlockError` for a marker left
     open."""
-    blocks, pos, seen = [], 0, _code_hidden(text)
+    blocks, pos, seen, used = [], 0, _code_hidden(text), set()
     while (m := OPEN.search(seen, pos)):
         line = text.count("\n", 0, m.start()) + 1
         close = CLOSE.search(seen, m.end())
@@ -64,6 +65,11 @@ def find(text: str, path: str = "<text>") -> list[Block]:
         spec = " ".join(text[m.start("spec"):m.end("spec")].split())  # as written: code spans are not hidden here
         blocks.append(Block(path, line, spec, m.end(), close.start(), text[m.end():close.start()]))
         pos = close.end()
+        used |= {m.start(), close.start()}
+    stray = [m.start() for m in ANY.finditer(seen) if m.start() not in used]
+    if stray:  # a misspelt marker, or a close without its open
+        raise DocBlockError(f"{path}:{text.count(chr(10), 0, stray[0]) + 1}: a docs marker that opens or closes no "
+                            f"block; write <!-- edge-jax docs: KIND ... -->text<!-- /edge-jax docs -->")
     return blocks
 
 

@@ -11,6 +11,9 @@ format (``fmt=.2f``, ``fmt=,.0f``); ``scale=`` multiplies first (``scale=100`` f
     seeds GRID [CELL]                        the seeds a cell has (the fewest over cells without CELL)
     diff GRID A B METRIC                     the mean over paired seeds of A - B
     p GRID A B METRIC                        the paired t-test's two-sided p of A - B
+    goal PATH KEY OP TARGET                  ``met`` or ``not met``: a committed JSON value against a goal
+                                             (OP: at_least, above, at_most, below), e.g.
+                                             ``goal results/x/bench.json ratio at_least 0.98``
     machine PATH                             where a benchmark's JSON was measured, from its provenance:
                                              ``2-core CPU, load average 0.2 at its start`` or ``NVIDIA H200``
     json PATH KEY                            a value of a committed JSON file (KEY dotted: ``cases.0.ratio``, or
@@ -201,3 +204,16 @@ def machine(src: Sources, rel: str) -> str:
         return str(device.get("device_kind") or device.get("platform") or "an unknown device")
     load = host.get("load_avg_1m")
     return f"{host.get('cpus')}-core CPU" + ("" if load is None else f", load average {load:.1f} at its start")
+
+
+GOAL_OPS = {"at_least": lambda a, b: a >= b, "above": lambda a, b: a > b, "at_most": lambda a, b: a <= b,
+            "below": lambda a, b: a < b}
+
+
+@DOC_BLOCKS.register("goal")
+def goal(src: Sources, rel: str, key: str, op: str, target: str) -> str:
+    """Whether the value at ``key`` of a committed JSON meets ``op target``: ``met`` or ``not met``."""
+    if op not in GOAL_OPS:
+        raise DocBlockError(f"goal: {op!r} is not one of {', '.join(GOAL_OPS)}")
+    value = json_value(src, rel, key, fmt=".17g")
+    return "met" if GOAL_OPS[op](float(value), float(target)) else "not met"
