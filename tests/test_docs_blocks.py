@@ -84,6 +84,16 @@ def test_inline_kinds(tmp_path, spec, want):
     assert len(stale) == 1 and blocks.fill(filled, src)[1] == []
 
 
+def test_a_benchmark_report_is_a_text_block(tmp_path):
+    src = _toy_repo(tmp_path)
+    (tmp_path / "results" / "b.json").write_text(json.dumps({"report": "ratio 0.98\n  PASS\n", "provenance": {}}))
+    text = "<!-- edge-jax docs: report results/b.json -->\nold\n<!-- /edge-jax docs -->"
+    assert blocks.fill(text, src)[0] == ("<!-- edge-jax docs: report results/b.json -->\n```text\nratio 0.98\n  PASS\n"
+                                         "```\n<!-- /edge-jax docs -->")
+    with pytest.raises(blocks.DocBlockError, match="bench.json holds no report"):
+        blocks.fill(text.replace("b.json", "bench.json"), src)
+
+
 def test_a_multiline_block_keeps_its_lines(tmp_path):
     src = _toy_repo(tmp_path)
     text = "<!-- edge-jax docs: mean toy a val_loss -->\nold\n<!-- /edge-jax docs: mean -->\n"

@@ -14,6 +14,7 @@ format (``fmt=.2f``, ``fmt=,.0f``); ``scale=`` multiplies first (``scale=100`` f
     goal PATH KEY OP TARGET                  ``met`` or ``not met``: a committed JSON value against a goal
                                              (OP: at_least, above, at_most, below), e.g.
                                              ``goal results/x/bench.json ratio at_least 0.98``
+    report PATH                              what a benchmark printed (its --json ``report``), as a text block
     machine PATH                             where a benchmark's JSON was measured, from its provenance:
                                              ``2-core CPU, load average 0.2 at its start`` or ``NVIDIA H200``
     json PATH KEY                            a value of a committed JSON file (KEY dotted: ``cases.0.ratio``, or
@@ -217,3 +218,12 @@ def goal(src: Sources, rel: str, key: str, op: str, target: str) -> str:
         raise DocBlockError(f"goal: {op!r} is not one of {', '.join(GOAL_OPS)}")
     value = json_value(src, rel, key, fmt=".17g")
     return "met" if GOAL_OPS[op](float(value), float(target)) else "not met"
+
+
+@DOC_BLOCKS.register("report")
+def report(src: Sources, rel: str) -> str:
+    """The report a benchmark printed, from its --json file, as a fenced text block (a multi-line block)."""
+    data = src.json(rel)
+    if not isinstance(data, dict) or not isinstance(data.get("report"), str):
+        raise DocBlockError(f"{rel} holds no report; rerun its benchmark with --json {rel}")
+    return "```text\n" + data["report"].rstrip("\n") + "\n```"

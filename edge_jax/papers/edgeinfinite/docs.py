@@ -27,7 +27,7 @@ from edge_jax.grid.tables import format_p, format_stat, per_seed, stat
 from edge_jax.papers.edgeinfinite.grid import CATEGORIES, METRIC, NEAR
 from edge_jax.registry import DOC_BLOCKS
 
-BENCH = "results/edgeinfinite_bench/fig3.json"  # edge-jax bench long-context --plot ...fig3.png (its data)
+BENCH = "results/edgeinfinite_bench/fig3.json"  # edge-jax bench long-context --plot ...fig3.png --json ...fig3.json
 PEAK = "longctx/peak_cache_tokens"
 
 
@@ -129,8 +129,16 @@ def kv_slots(src: Sources, grid: str, cell: str = "") -> str:
     return ", ".join(f"{c} {slots[c]:,}" for c in _cells(src, grid) if c in slots)
 
 
+def _bench(src: Sources) -> dict:
+    """The Fig. 3 benchmark's measurements (``result`` of its --json file)."""
+    data = src.json(BENCH)
+    if "result" not in data:
+        raise DocBlockError(f"{BENCH} holds no measurements; rerun edge-jax bench long-context --json {BENCH}")
+    return data["result"]
+
+
 def _bench_point(src: Sources, length: str) -> dict:
-    for point in src.json(BENCH)["points"]:
+    for point in _bench(src)["points"]:
         if str(point["length"]) == length:
             return point
     raise DocBlockError(f"{BENCH} has no point at length {length}")
@@ -159,7 +167,7 @@ def headline(src: Sources) -> str:
 
 
 def _bench_headline(src: Sources) -> str:
-    bench = src.json(BENCH)
+    bench = _bench(src)
     compressed = [p for p in bench["points"] if p["compressed"]]
     flat = len({p["edgeinfinite"]["peak_bytes"] for p in compressed}) == 1
     last = compressed[-1]["length"]
