@@ -7,8 +7,9 @@ import pytest
 from edge_jax.cli import main
 
 
-def test_unknown_config_key_is_one_line_exit_2(capsys):
-    assert main(["train", "--config", "configs/lm.py:size=tiny", "--workdir", "/tmp/x", "--config.train.stpes=3"]) == 2
+def test_unknown_config_key_is_one_line_exit_2(capsys, tmp_path):
+    assert main(["train", "--config", "configs/lm.py:size=tiny", "--workdir", str(tmp_path / "x"),
+                 "--config.train.stpes=3"]) == 2
     err = capsys.readouterr().err.strip()
     assert err.startswith("edge-jax: error: unknown config key 'train.stpes'") and "train.steps" in err
     assert "\n" not in err
