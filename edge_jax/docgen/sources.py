@@ -68,6 +68,21 @@ class Sources:
             raise DocBlockError(f"no record of {grid}/{cell} has the metric {metric!r}")
         return values
 
+    def paired(self, grid: str, a: str, b: str, metric: str) -> list[float]:
+        """``A - B`` of ``metric`` over the seeds both cells have, in seed order (empty when they share none)."""
+        x, y = self.per_seed(grid, a, metric), self.per_seed(grid, b, metric)
+        return [x[s] - y[s] for s in sorted(set(x) & set(y))]
+
+    def value(self, rel: str, parts) -> object:
+        """The value at the key path ``parts`` (list indices as digits) of the committed JSON file ``rel``."""
+        value = self.json(rel)
+        for part in parts:
+            try:
+                value = value[int(part)] if isinstance(value, list) else value[part]
+            except (KeyError, IndexError, ValueError, TypeError):
+                raise DocBlockError(f"{rel} has no {'.'.join(parts)!r} (stopped at {part!r})") from None
+        return value
+
     @functools.lru_cache(maxsize=None)
     def json(self, rel: str):
         try:
@@ -125,11 +140,10 @@ def seeds(src: Sources, grid: str, cell: str = "") -> str:
 
 
 def _paired(src: Sources, grid: str, a: str, b: str, metric: str) -> list[float]:
-    x, y = src.per_seed(grid, a, metric), src.per_seed(grid, b, metric)
-    shared = sorted(set(x) & set(y))
-    if not shared:
+    diffs = src.paired(grid, a, b, metric)
+    if not diffs:
         raise DocBlockError(f"grid {grid}: cells {a} and {b} share no seed with {metric!r}")
-    return [x[s] - y[s] for s in shared]
+    return diffs
 
 
 @DOC_BLOCKS.register("diff")
@@ -148,13 +162,7 @@ def json_value(src: Sources, rel: str, *key: str, scale: str = "1", fmt: str = "
     level for keys that hold dots or spaces (``v5p-128 rows meki_4b "est. step"``)."""
     if not key:
         raise DocBlockError(f"json {rel}: name the value, e.g. json {rel} cases.0.ratio")
-    parts = key[0].split(".") if len(key) == 1 else list(key)
-    value = src.json(rel)
-    for part in parts:
-        try:
-            value = value[int(part)] if isinstance(value, list) else value[part]
-        except (KeyError, IndexError, ValueError, TypeError):
-            raise DocBlockError(f"{rel} has no {'.'.join(parts)!r} (stopped at {part!r})") from None
+    value = src.value(rel, key[0].split(".") if len(key) == 1 else list(key))
     return value if isinstance(value, str) else number(value, scale, fmt)
 
 

@@ -54,9 +54,8 @@ def pairs(src: Sources, grid: str, metric: str) -> str:
 
 
 def _paired(src: Sources, grid: str, a: str, b: str, metric: str) -> verdicts.PairTest:
-    x, y = src.per_seed(grid, a, metric), src.per_seed(grid, b, metric)
     sign = -1.0 if lower_is_better(metric) else 1.0
-    return verdicts.paired_t([sign * (x[s] - y[s]) for s in sorted(set(x) & set(y))])
+    return verdicts.paired_t([sign * d for d in src.paired(grid, a, b, metric)])
 
 
 @DOC_BLOCKS.register("edgeinfinite.lead")

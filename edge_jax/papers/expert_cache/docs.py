@@ -76,8 +76,10 @@ def gap_closed(src: Sources, trace: str, vram: str, fmt: str = ".0f") -> str:
 
 
 def _paired(src: Sources, a: str, b: str, metric: str = METRIC) -> verdicts.PairTest:
-    x, y = _seeds(src, a, metric), _seeds(src, b, metric)
-    return verdicts.paired_t([x[s] - y[s] for s in sorted(set(x) & set(y))])
+    (grid, cell_a), (other, cell_b) = _cell(a), _cell(b)
+    if other != grid:
+        raise DocBlockError(f"{a} and {b} are cells of different grids; a paired test needs one grid")
+    return verdicts.paired_t(src.paired(grid, cell_a, cell_b, metric))
 
 
 @DOC_BLOCKS.register("expert_cache.diff_ci")

@@ -91,11 +91,10 @@ def value_range(src: Sources, grid: str, metric: str, fmt: str = "") -> str:
 
 def pair_test(src: Sources, grid: str, a: str, b: str, metric: str, seeds: int = 0) -> verdicts.PairTest:
     """A − B over the seeds both have (the first ``seeds`` of them when > 0), unsigned (> 0: A's is larger)."""
-    x, y = src.per_seed(grid, a, metric), src.per_seed(grid, b, metric)
-    shared = sorted(set(x) & set(y))[:seeds or None]
-    if len(shared) < 2:
+    diffs = src.paired(grid, a, b, metric)[:seeds or None]
+    if len(diffs) < 2:
         raise DocBlockError(f"grid {grid}: cells {a} and {b} share fewer than 2 seeds with {metric!r}")
-    return verdicts.paired_t([x[s] - y[s] for s in shared])
+    return verdicts.paired_t(diffs)
 
 
 def _signed(x: float, fmt: str = "") -> str:
@@ -357,12 +356,7 @@ def compile_estimate(src: Sources, topology: str) -> str:
 
 
 def _json(src: Sources, key: str):
-    value = src.json(DECODE)
-    for part in key.split("."):
-        if not isinstance(value, dict) or part not in value:
-            raise DocBlockError(f"{DECODE} has no {key!r}; rerun edge-jax bench meki-decode --json {DECODE}")
-        value = value[part]
-    return value
+    return src.value(DECODE, key.split("."))
 
 
 @DOC_BLOCKS.register("meki.headline")
