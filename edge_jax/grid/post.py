@@ -13,12 +13,12 @@ says so in one line (``plm_attention post: decode.md kept as it is: ...``) and g
 """
 from __future__ import annotations
 
-import importlib
 import os
 from pathlib import Path
 from typing import Callable, Iterable
 
 from edge_jax.errors import UserError
+from edge_jax.grid import spec
 
 
 class PostCannotRun(UserError):
@@ -47,8 +47,7 @@ def absent_inputs(records: Iterable[dict], name: str = "") -> list[str]:
 def run_post(grid, records: list[dict], out: str | Path, log: Callable[[str], None]) -> list[Path]:
     """Call the grid's post hook; a :class:`PostCannotRun` is logged in one line (its outputs kept, or none
     written) and the grid goes on. Returns the paths written."""
-    module, _, fn = grid.post.partition(":")
-    hook = getattr(importlib.import_module(module), fn)
+    hook = spec.hook(grid.post)
     try:
         written = [Path(p) for p in hook(grid, records, out)]
     except PostCannotRun as e:

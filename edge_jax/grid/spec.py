@@ -42,6 +42,7 @@ Every problem is reported as one line through `GridSpecError`.
 from __future__ import annotations
 
 import dataclasses
+import importlib
 import importlib.util
 import math
 import re
@@ -120,6 +121,12 @@ class Grid:
 
 # Every registry is an edge_jax.registry.Registry: code that can read one has imported this module.
 REGISTRY_MODULE = "edge_jax.registry"
+
+
+def hook(ref: str):
+    """The function a grid's ``"module:function"`` key (``post``, ``record_notes``) names."""
+    module, _, fn = ref.partition(":")
+    return getattr(importlib.import_module(module), fn)
 
 
 def load_grid(path: str | Path, preset: str = "tiny") -> Grid:

@@ -12,12 +12,11 @@ from __future__ import annotations
 
 import csv
 import dataclasses
-import importlib
 import io
 import math
 from pathlib import Path
 
-from edge_jax.grid import power, verdicts
+from edge_jax.grid import power, spec, verdicts
 from edge_jax.grid.spec import Grid
 from edge_jax.utils.atomic import write_text_atomic
 
@@ -223,8 +222,7 @@ def markdown(t: Table) -> str:
 
 def record_notes(grid, records: list[dict]) -> str:
     """The grid's ``record_notes`` hook's text: what its records hold (documents scored, limits, ...)."""
-    module, _, fn = grid.record_notes.partition(":")
-    return " ".join(str(getattr(importlib.import_module(module), fn)(grid, records)).split())
+    return " ".join(str(spec.hook(grid.record_notes)(grid, records)).split())
 
 
 def has_curves(records: list[dict]) -> bool:
