@@ -14,7 +14,8 @@ is the point of the registries.
 
 The allowed order, lowest first; a module may import its own level and the levels below::
 
-    core               edge_jax/__init__, config, distributed, errors, plugins, registry, sharding, utils/*
+    core               edge_jax/__init__, config, config_ranges, distributed, errors, plugins, registry, sharding,
+                       utils/*
     layers             layers/*
     models/interop     models/*, interop/*
     data/train/infer   data/*, train/*, infer/*, eval/*   (data/* may import the core only)
@@ -44,7 +45,8 @@ PACKAGE = ROOT / "edge_jax"
 MAX_LINES = 450
 
 LEVELS = (  # (level, top-level names under edge_jax/ that belong to it), lowest first
-    ("core", ("__init__", "config", "distributed", "errors", "plugins", "registry", "sharding", "utils")),
+    ("core", ("__init__", "config", "config_ranges", "distributed", "errors", "plugins", "registry", "sharding",
+              "utils")),
     ("layers", ("layers",)),
     ("models/interop", ("models", "interop")),
     ("data/train/infer", ("data", "train", "infer", "eval")),

@@ -1,7 +1,8 @@
 """Every train.* number with a valid range is checked when the config loads, one line each."""
 import pytest
 
-from edge_jax.config import RANGE_HINTS, TRAIN_RANGES, ConfigError, TrainKeys, load_config, range_text
+from edge_jax.config import ConfigError, TrainKeys, load_config
+from edge_jax.config_ranges import RANGE_HINTS, TRAIN_RANGES, range_text
 
 CONFIG = "configs/lm.py:size=tiny"
 
