@@ -1,12 +1,23 @@
-"""Test setup: 8 simulated CPU devices (for the sharding tests), every registry filled
-(:func:`edge_jax.plugins.load`) and a shared tiny config."""
+"""Test setup: 8 simulated CPU devices (for the sharding tests), one XLA compilation cache for the whole
+run, every registry filled (:func:`edge_jax.plugins.load`) and a shared tiny config."""
 import os
+import shutil
 import sys
+import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # `from helpers import ...` from any subfolder
 os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=8")
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 os.environ.setdefault("ALLOW_MULTIPLE_LIBTPU_LOAD", "1")  # TPU compiles in several processes at once
+# One persistent compilation cache per test run, made by the first process (pytest, or xdist's controller)
+# and inherited by the xdist workers and every process a test spawns: a program compiled once (the tiny
+# model's steps, mostly) is read back by every later test that builds it, in any process. Every program is
+# cached (no minimum compile time or size). A run given JAX_COMPILATION_CACHE_DIR keeps that directory.
+OWN_CACHE = "JAX_COMPILATION_CACHE_DIR" not in os.environ
+if OWN_CACHE:
+    os.environ["JAX_COMPILATION_CACHE_DIR"] = tempfile.mkdtemp(prefix="edge_jax_test_xla_cache_")
+os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0")
+os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES", "0")
 
 import pytest  # noqa: E402
 
@@ -21,6 +32,12 @@ if has_plugin():
     jax.devices()
 
 plugins.load()  # every registry full before a test module reads one, as the CLI fills them before a command runs
+
+
+def pytest_unconfigure(config):
+    """The process that made the run's compilation cache removes it (xdist's workers found it made)."""
+    if OWN_CACHE:
+        shutil.rmtree(os.environ["JAX_COMPILATION_CACHE_DIR"], ignore_errors=True)
 
 
 def pytest_collection_modifyitems(items):
