@@ -18,13 +18,16 @@ a paper.
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import weakref
 from typing import Any, Callable, Generic, Iterator, TypeVar
 
 from edge_jax import plugins
 from edge_jax.errors import ConfigError, unknown
 
 T = TypeVar("T")
+_INSTANCES: list[weakref.ref] = []  # every Registry made in this process (Registry.instances), in creation order
 
 
 class Registry(Generic[T]):
@@ -36,6 +39,14 @@ class Registry(Generic[T]):
     def __init__(self, axis: str, key: str | None = None):
         self.axis, self.key = axis, key
         self._items: dict[str, T] = {}
+        _INSTANCES[:] = [ref for ref in _INSTANCES if ref() is not None]
+        _INSTANCES.append(weakref.ref(self))
+
+    @staticmethod
+    def instances() -> list["Registry"]:
+        """Every registry alive in this process, in creation order (a test snapshots them all to find
+        what another test left registered)."""
+        return [reg for reg in (ref() for ref in _INSTANCES) if reg is not None]
 
     def register(self, name: str, obj: Any = dataclasses.MISSING):
         """``REG.register("name", obj)``, or ``@REG.register("name")`` as a decorator. A name
@@ -49,6 +60,21 @@ class Registry(Generic[T]):
             raise ValueError(f"{self.axis} {name!r} is registered twice; pick another name")
         self._items[name] = obj
         return obj
+
+    @contextlib.contextmanager
+    def override(self, name: str, obj: Any):
+        """``with REG.override("name", obj):`` registers ``obj`` as ``name`` for the block only (a test's
+        variant that later tests must not see); on leaving the block, also by an exception, ``name`` is
+        removed and the other names keep their order, so the registry is as it was before. A name that
+        is registered already is the error of :meth:`register`: the block adds a name, it never replaces
+        one. What other code registers inside the block stays (a module registers once, when first
+        imported, so removing its names would lose them for the rest of the process)."""
+        self.register(name, obj)
+        try:
+            yield obj
+        finally:
+            if self._items.get(name) is obj:
+                del self._items[name]
 
     def get(self, name: str) -> T:
         """The object registered as ``name``; a one-line :class:`ConfigError` naming the close

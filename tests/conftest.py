@@ -34,6 +34,37 @@ if has_plugin():
 plugins.load()  # every registry full before a test module reads one, as the CLI fills them before a command runs
 
 
+class RegistrySnapshot:
+    """The names of every registry (:meth:`edge_jax.registry.Registry.instances`) when made; :meth:`changes`
+    says, in one line, which of those registries hold other names now ('' when none)."""
+
+    def __init__(self):
+        from edge_jax.registry import Registry
+        self.names = [(reg, reg.names()) for reg in Registry.instances()]
+
+    def changes(self) -> str:
+        found = []
+        for reg, names in self.names:
+            now = reg.names()
+            if now != names:
+                added, gone = [n for n in now if n not in names], [n for n in names if n not in now]
+                found.append(f"{reg.axis!r} " + (f"left {added}" if added else "") + (" " if added and gone else "")
+                             + (f"lost {gone}" if gone else "") + ("" if added or gone else "reordered"))
+        return "; ".join(found)
+
+
+@pytest.fixture(autouse=True)
+def registries_left_as_found():
+    """Fails a test that leaves a registry other than it found it: register a test's variant with
+    ``with REGISTRY.override(name, obj):`` (in the test or a fixture), never with ``register``."""
+    before = RegistrySnapshot()
+    yield
+    changed = before.changes()
+    if changed:
+        pytest.fail(f"this test changed registries: {changed}; register for one test with REGISTRY.override(name, obj)",
+                    pytrace=False)
+
+
 def pytest_unconfigure(config):
     """The process that made the run's compilation cache removes it (xdist's workers found it made)."""
     if OWN_CACHE:

@@ -4,13 +4,13 @@ cell of EdgeInfinite's Table 1 grid, which is built from the registry."""
 import jax
 import numpy as np
 import pytest
+from helpers import perturbed
 
 from edge_jax.config import ConfigError, load_config
 from edge_jax.data import get_tokenizer
 from edge_jax.infer.kv_baselines import KV_METHODS, StreamingSession
 from edge_jax.infer.longctx import evaluate_longctx, make_session
 from edge_jax.models import DecoderLM, ModelConfig
-from tests.helpers import perturbed
 
 NAME = "recent_only"
 
@@ -30,11 +30,10 @@ class RecentOnlySession(StreamingSession):
 
 
 @pytest.fixture
-def recent_only(monkeypatch):
-    """The dummy registered for this test only (the registry is left as it was)."""
-    KV_METHODS.names()  # every plugin registered first, so the dummy comes last
-    monkeypatch.setitem(KV_METHODS._items, NAME, RecentOnlySession)
-    return NAME
+def recent_only():
+    """The dummy registered for this test only (last, after every plugin's; the registry is left as it was)."""
+    with KV_METHODS.override(NAME, RecentOnlySession):
+        yield NAME
 
 
 def _model():

@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 from helpers import perturbed
 
+from edge_jax.errors import ConfigError
 from edge_jax.layers.norms import rms_normalize
 from edge_jax.layers.token_memory.meki import FUSIONS, POSITIONS, PROJECTIONS, FoldError, MeKi, fold_meki, fold_table
 from edge_jax.models import DecoderLM, ModelConfig
@@ -168,13 +169,14 @@ def test_host_rows_match_table_lookup():
 def test_a_new_fusion_is_one_function_and_one_registration():
     """Registering a fusion is all it takes: the config accepts it, the model runs it, folding keeps it."""
     from edge_jax.config import load_config
-    if "test_add_tanh" not in FUSIONS:
-        FUSIONS.register("test_add_tanh", lambda e, gate: e + jnp.tanh(gate))
-    load_config("configs/meki.py", {"model.meki_fusion": "test_add_tanh"})
-    cfg = _cfg(meki_fusion="test_add_tanh")
-    params = _random_params(DecoderLM(cfg))
-    tokens = _tokens(cfg)
-    folded, fcfg = fold_meki(params, cfg)
-    want = DecoderLM(cfg).apply({"params": params}, tokens)
-    np.testing.assert_allclose(DecoderLM(fcfg).apply({"params": folded}, tokens), want, rtol=2e-5, atol=2e-5)
-    assert not np.allclose(DecoderLM(_cfg(meki_fusion="add_sigmoid")).apply({"params": params}, tokens), want)
+    with FUSIONS.override("test_add_tanh", lambda e, gate: e + jnp.tanh(gate)):
+        load_config("configs/meki.py", {"model.meki_fusion": "test_add_tanh"})
+        cfg = _cfg(meki_fusion="test_add_tanh")
+        params = _random_params(DecoderLM(cfg))
+        tokens = _tokens(cfg)
+        folded, fcfg = fold_meki(params, cfg)
+        want = DecoderLM(cfg).apply({"params": params}, tokens)
+        np.testing.assert_allclose(DecoderLM(fcfg).apply({"params": folded}, tokens), want, rtol=2e-5, atol=2e-5)
+        assert not np.allclose(DecoderLM(_cfg(meki_fusion="add_sigmoid")).apply({"params": params}, tokens), want)
+    with pytest.raises(ConfigError, match="unknown model.meki_fusion value 'test_add_tanh'"):  # for this test only
+        load_config("configs/meki.py", {"model.meki_fusion": "test_add_tanh"})

@@ -20,15 +20,14 @@ class LateKeys:
 @pytest.fixture
 def late_section():
     """LateKeys registered as a model section for one test (under a name no module uses), then gone
-    (the registry has no public removal) and ModelConfig made again without it."""
+    and ModelConfig made again without it."""
     name = "test_late_model_section"
     assert name not in SECTIONS  # imports every plugin first: this registration comes after them all
     before = ModelConfig()
-    SECTIONS.register(name, Section("model", LateKeys))
     try:
-        yield before
+        with SECTIONS.override(name, Section("model", LateKeys)):
+            yield before
     finally:
-        del SECTIONS._items[name]
         refresh_model_config()
     assert "late_test_width" not in {f.name for f in dataclasses.fields(ModelConfig)}
 

@@ -3,7 +3,7 @@ per-token row of a small table, picked by the id ``token % 7`` computed on the h
 added at the end of every layer) and runs it through the generic code only: training with the real
 loop, eval scoring through ``make_scorer``, the KV-cache decoder with ``host_fn``, ahead-of-time
 compilation with the host input's abstract shape, and its inference form (the scale folded into the
-table)."""
+table). The kind is registered for this file's tests only."""
 import functools
 
 import flax.linen as nn
@@ -60,9 +60,15 @@ def _fold(params, cfg):
     return out, cfg
 
 
-if NAME not in dict(MEMORY_KINDS.items()):
-    MEMORY_KINDS.register(NAME, MemoryKind(_branch, prepare=_prepare, accepts=(INPUT,), host_inputs=_host_inputs,
-                                           inference_form=_fold, inference_config=lambda cfg: cfg))
+KIND = MemoryKind(_branch, prepare=_prepare, accepts=(INPUT,), host_inputs=_host_inputs, inference_form=_fold,
+                  inference_config=lambda cfg: cfg)
+
+
+@pytest.fixture(autouse=True)
+def registered():
+    """``test_mod7`` is a memory kind during each test of this file only."""
+    with MEMORY_KINDS.override(NAME, KIND):
+        yield
 
 CFG = ModelConfig(vocab_size=64, d_model=32, n_layers=2, n_heads=2, n_kv_heads=1, head_dim=16, d_ff=48,
                   memory=NAME, d_mem=8)

@@ -1,10 +1,13 @@
 """The loop finds what runs around training through registries: a model hook, a pre-training hook
-and an evaluator registered here (enabled only for this file's marker seed) run in a real training run."""
+and an evaluator registered here for one test (enabled only for this file's marker seed) run in a real
+training run."""
+import contextlib
 import dataclasses
 import os
 
 import jax
 import numpy as np
+import pytest
 
 from edge_jax.registry import EVALUATORS, Evaluator
 from edge_jax.train.hooks import MODEL_HOOKS, PREPARE_HOOKS, EvalContext, RunContext
@@ -13,14 +16,12 @@ MARK = 4242  # config.seed that switches this file's hooks on; every other run l
 calls = []
 
 
-@MODEL_HOOKS.register("test_hooks_model")
 def _model(config, cfg):
     if config.seed == MARK:
         calls.append(("model", cfg.d_model))
     return cfg
 
 
-@PREPARE_HOOKS.register("test_hooks_prepare")
 def _prepare(ctx: RunContext):
     if ctx.config.seed == MARK:
         calls.append(("prepare", ctx))
@@ -33,10 +34,18 @@ def _evaluate(ctx: EvalContext) -> dict:
         np.asarray(x, np.float64).sum() for x in jax.tree_util.tree_leaves(ctx.params)))}
 
 
-EVALUATORS.register("test_hooks", Evaluator(enabled=lambda config: config.seed == MARK, run=_evaluate))
+@pytest.fixture
+def registered():
+    """The two hooks and the evaluator, registered (last, after every plugin's) for one test."""
+    with contextlib.ExitStack() as stack:
+        stack.enter_context(MODEL_HOOKS.override("test_hooks_model", _model))
+        stack.enter_context(PREPARE_HOOKS.override("test_hooks_prepare", _prepare))
+        stack.enter_context(EVALUATORS.override("test_hooks", Evaluator(
+            enabled=lambda config: config.seed == MARK, run=_evaluate)))
+        yield
 
 
-def test_registered_hooks_and_evaluator_run_in_the_loop(tiny_config, tmp_path):
+def test_registered_hooks_and_evaluator_run_in_the_loop(registered, tiny_config, tmp_path):
     from edge_jax.train.init_from import restore_params
     from edge_jax.train.loop import train_and_evaluate
     calls.clear()
@@ -57,6 +66,15 @@ def test_registered_hooks_and_evaluator_run_in_the_loop(tiny_config, tmp_path):
     calls.clear()
     other = train_and_evaluate(tiny_config(**{"train.steps": 3}), str(tmp_path / "other"))
     assert not calls and "test/batches" not in other
+
+
+def test_hooks_registered_for_a_test_are_gone_after_it(tiny_config, tmp_path):
+    """Without the fixture the marker run calls none of them: nothing of the test above is left registered."""
+    from edge_jax.train.loop import train_and_evaluate
+    assert "test_hooks" not in EVALUATORS and "test_hooks_model" not in MODEL_HOOKS
+    calls.clear()
+    result = train_and_evaluate(tiny_config(**{"train.steps": 3, "seed": MARK}), str(tmp_path / "run"))
+    assert not calls and "test/batches" not in result and "val_loss" in result
 
 
 def test_evaluators_run_in_registration_order_core_first():
