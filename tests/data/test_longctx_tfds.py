@@ -3,11 +3,11 @@ import random
 import re
 
 import pytest
+from test_longctx_tasks import check_record
 
 from edge_jax.data.builders import longctx_tasks as longctx
 from edge_jax.data.builders import longctx_tfds
 from edge_jax.data.builders.longctx_tasks import CATEGORIES, TASKS
-from tests.data.test_longctx_tasks import check_record
 
 
 def _examples(doc: str) -> list[str]:
@@ -92,7 +92,8 @@ def test_training_documents_deterministic_and_split():
     assert a != longctx_tfds.generate_split("validation", 511, 20, 0)
     for r in a + longctx_tfds.generate_split("validation", 511, 20, 0):
         check_document(r, 511)
-    for i, r in enumerate(longctx_tfds.generate_split("qa", 511, 20, 0)):  # the qa split: single examples, tasks in turn
+    # the qa split: single examples, tasks in turn
+    for i, r in enumerate(longctx_tfds.generate_split("qa", 511, 20, 0)):
         assert r["task"] == TASKS[i % 5] and r["text"] == f"{r['prompt']} {r['answer']}"
     with pytest.raises(ValueError, match="fits no task; use length >= 217"):
         longctx_tfds.make_document(random.Random(0), 200)

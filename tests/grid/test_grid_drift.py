@@ -3,8 +3,9 @@ import argparse
 import json
 import textwrap
 
+from helpers import config_loader
+
 from edge_jax.grid import command, drift, spec
-from tests.helpers import config_loader
 
 BASE = {"seed": 0, "init_from": "", "eval": {"limit": 0}, "train": {"steps": 10, "schedule": "cosine"}}
 

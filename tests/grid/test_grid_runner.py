@@ -13,10 +13,10 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from helpers import config_loader
 
 from edge_jax.errors import UserError
 from edge_jax.grid import command, reuse, runner, spec
-from tests.helpers import config_loader
 
 ABLATION = '''
 def get_grid(preset):
@@ -308,7 +308,8 @@ def test_a_sibling_run_on_other_documents_is_not_reused(ablation, tmp_path):
 
 
 def test_no_post_skips_the_post_hook(ablation, tmp_path):
-    ablation.write_text(ablation.read_text().replace('"notes": "toy notes",', '"notes": "toy notes", "post": "os:no_such"'))
+    ablation.write_text(ablation.read_text().replace('"notes": "toy notes",',
+                                                     '"notes": "toy notes", "post": "os:no_such"'))
     out = tmp_path / "out"
     rc, logs = cli([ablation, "--out", out, "--seeds", 1, "--no-post"], FakeTrain())
     assert rc == 0 and "os:no_such: not run (--no-post)" in logs

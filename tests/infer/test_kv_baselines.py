@@ -5,10 +5,10 @@ import dataclasses
 import jax
 import numpy as np
 import pytest
+from helpers import perturbed
 
 from edge_jax.infer.kv_baselines import FullKVSession, SnapKVSession, StreamingSession
 from edge_jax.models import DecoderLM, ModelConfig
-from tests.helpers import perturbed
 
 CFG = ModelConfig(vocab_size=64, d_model=32, n_layers=3, n_heads=4, n_kv_heads=2, head_dim=8, d_ff=64)
 

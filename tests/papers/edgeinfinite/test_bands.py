@@ -4,6 +4,7 @@ import flax.linen as nn
 import jax
 import numpy as np
 import pytest
+from helpers import perturbed
 
 from edge_jax.config import ConfigError, load_config
 from edge_jax.data import get_tokenizer
@@ -11,7 +12,6 @@ from edge_jax.data.builders.longctx_tasks import CATEGORIES
 from edge_jax.infer.kv_baselines import KV_METHODS
 from edge_jax.infer.longctx import evaluate_longctx
 from edge_jax.models import DecoderLM, ModelConfig
-from tests.helpers import perturbed
 
 TOKENIZER = get_tokenizer("byte", "longctx")
 
@@ -41,7 +41,8 @@ def test_the_near_band_is_scored_apart():
     assert (alone["longctx/prompts"], both["longctx/prompts"]) == (8, 16)
     cats = [CATEGORIES[t] for t in ("passkey", "multikey")]
     for cat in cats:
-        assert both[f"longctx/near/{cat}"] == pytest.approx(np.mean([both[f"longctx/{cat}/len{n}"] for n in (380, 400)]))
+        near = np.mean([both[f"longctx/{cat}/len{n}"] for n in (380, 400)])
+        assert both[f"longctx/near/{cat}"] == pytest.approx(near)
         assert 0 < both[f"longctx/near/answer_nll/{cat}"] < 50
     assert both["longctx/near/overall"] == pytest.approx(np.mean([both[f"longctx/near/{c}"] for c in cats]))
     assert both["longctx/near/answer_nll"] == pytest.approx(np.mean([both[f"longctx/near/answer_nll/{c}"]

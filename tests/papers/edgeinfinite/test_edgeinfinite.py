@@ -7,6 +7,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from helpers import perturbed
 
 from edge_jax.layers.infini.compressive import (
     feature_map,
@@ -19,7 +20,6 @@ from edge_jax.layers.infini.compressive import (
 from edge_jax.models import DecoderLM, ModelConfig
 from edge_jax.papers.edgeinfinite.inference import EdgeInfiniteSession
 from edge_jax.train.optim import make_optimizer, param_labels, trained_count
-from tests.helpers import perturbed
 
 BASE = ModelConfig(vocab_size=64, d_model=32, n_layers=2, n_heads=4, n_kv_heads=2, head_dim=8, d_ff=64)
 INFINI = dataclasses.replace(BASE, infini_hidden=8, infini_sink=4, infini_window=4, infini_segment=8,
@@ -166,7 +166,8 @@ def test_merge_params_copies_the_base_and_names_mismatches():
     ({"longctx.method": "streamingllm", "longctx.sink": 192}, r"longctx.sink=192 must lie in \[0, longctx.budget=192"),
     ({"longctx.method": "snapkv", "longctx.budget": 0}, r"longctx.obs_window=8 must lie in \[1, longctx.budget=0\)"),
     ({"longctx.method": "pyramidkv", "longctx.pool_kernel": 4}, "longctx.pool_kernel=4 must be a positive odd"),
-    ({"model.attention": "mla", "model.kv_lora_rank": 16, "model.d_rope": 8, "model.qk_norm": False}, "needs model.attention=gqa"),
+    ({"model.attention": "mla", "model.kv_lora_rank": 16, "model.d_rope": 8, "model.qk_norm": False},
+     "needs model.attention=gqa"),
     ({"init_from": ""}, "trains EdgeInfinite's gate on a frozen base"),
     ({"longctx.lengths": (1024, 99999)}, "longctx.max_input"),
     ({"model.infini_update": "hebbian"}, "unknown model.infini_update"),
@@ -214,10 +215,11 @@ def test_paper_size_gate_step_shards_and_traces_abstractly():
 def test_gate_trains_on_a_frozen_base_end_to_end(tiny_config, tmp_path):
     """Base run -> init_from -> gate-only training over segmented windows -> long-context evaluation;
     then a baseline evaluates the base with train.steps=0."""
+    from conftest import tiny_overrides
+
     from edge_jax.config import load_config
     from edge_jax.train.init_from import restore_params
     from edge_jax.train.loop import train_and_evaluate
-    from tests.conftest import tiny_overrides
     base_wd, gate_wd = str(tmp_path / "base"), str(tmp_path / "gate")
     sizes = {"model.infini_sink": 4, "model.infini_window": 4, "model.infini_segment": 8}
     train_and_evaluate(tiny_config(**{"train.steps": 4, **sizes}), base_wd)

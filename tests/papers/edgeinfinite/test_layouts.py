@@ -8,6 +8,7 @@ import flax.linen as nn
 import jax
 import numpy as np
 import pytest
+from helpers import perturbed
 
 from edge_jax.config import load_config
 from edge_jax.data.builders.longctx_tasks import TASKS, eval_prompts
@@ -26,7 +27,6 @@ from edge_jax.papers.edgeinfinite.layouts import (
     window_length,
     window_matters,
 )
-from tests.helpers import perturbed
 
 SWITCHES = list(TABLE2_SWITCHES.values())
 
