@@ -113,6 +113,7 @@ def test_roofline_is_the_larger_bound():
 
 
 @needs_extra("libtpu")
+@pytest.mark.tpu_compile
 def test_tpu_compile_fits_and_estimates(tiny_config):
     target = make_target("v5e-4")
     assert len(target.devices) == 4 and target.chip is CHIPS["v5e"]
@@ -123,6 +124,7 @@ def test_tpu_compile_fits_and_estimates(tiny_config):
 
 
 @needs_extra("libtpu")
+@pytest.mark.tpu_compile
 def test_a_chunked_loss_cuts_the_logits_temporaries(tiny_config):
     """The fix the compile tables revealed for a large vocabulary: float32 logits are most of a
     step's temporaries, and ``train.loss_chunk`` keeps one chunk of them alive at a time."""
@@ -153,6 +155,7 @@ def _too_big(tiny_config):
 
 
 @needs_extra("libtpu")
+@pytest.mark.tpu_compile
 def test_tpu_out_of_memory_is_reported(tiny_config):
     target = make_target("v5e-4")
     out = fit.compile_with_fix(_too_big(tiny_config), target, lambda cc: aot.compile_train(cc, target), search=False)
@@ -160,6 +163,7 @@ def test_tpu_out_of_memory_is_reported(tiny_config):
 
 
 @needs_extra("libtpu")
+@pytest.mark.tpu_compile
 @pytest.mark.slow
 def test_tpu_out_of_memory_gets_a_confirmed_fix(tiny_config):
     """The compiler refuses the step; a cheaper candidate (remat, micro-batches) it accepts is named."""
@@ -271,6 +275,7 @@ def test_grid_runs_keep_stages_and_stand_in_for_their_weights():
 
 
 @needs_extra("libtpu")
+@pytest.mark.tpu_compile
 @pytest.mark.slow
 def test_the_command_prints_the_step_as_it_fits(tiny_config):
     from edge_jax.compile.command import report
@@ -283,6 +288,7 @@ def test_the_command_prints_the_step_as_it_fits(tiny_config):
 
 
 @needs_extra("libtpu")
+@pytest.mark.tpu_compile
 def test_library_attention_kernel_in_a_compiled_tpu_step(tiny_config):
     """``model.kernels=pallas`` compiles the train step for TPU with splash attention (Mosaic, per
     shard under shard_map, chosen for the target though this process runs on CPU): the float32

@@ -9,7 +9,7 @@ from edge_jax.compile.chips import make_target
 from edge_jax.config import ConfigError
 from edge_jax.sharding import batch_sharding, make_mesh, process_block
 
-pytestmark = needs_extra("libtpu")
+pytestmark = [needs_extra("libtpu"), pytest.mark.tpu_compile]
 
 CASES = [("v5p-128", 1, (1, -1, 1)), ("v5p-128", 1, (1, -1, 4)), ("v5p-128", 1, (4, 4, 4)),
          ("v5e-256", 1, (1, -1, 1)), ("v5e-256", 1, (1, -1, 2)), ("v5e-256", 1, (16, 16, 1)),

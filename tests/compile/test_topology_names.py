@@ -27,6 +27,7 @@ def test_host_bounds_are_2x2x1_except_along_odd_sides():
 
 
 @needs_extra("libtpu")
+@pytest.mark.tpu_compile
 def test_libtpu_builds_every_listed_topology():
     for name in TPU_NAMES:  # each is a topology description, no compile: well under a second for all
         gen, shape = slice_shape(name)
