@@ -121,6 +121,7 @@ def test_try_locked_names_the_holder_and_frees_on_exit(tmp_path):
         assert busy is None
 
 
+@pytest.mark.subprocess
 def test_a_second_process_skips_the_unit_and_exactly_one_trains(tmp_path, grid_file):
     out = tmp_path / "out"
     holder, gate = start_holder(tmp_path, grid_file, out)
@@ -146,6 +147,7 @@ def test_a_second_process_skips_the_unit_and_exactly_one_trains(tmp_path, grid_f
     assert lock.read_text() == ""                                                  # let go
 
 
+@pytest.mark.subprocess
 def test_a_sigkilled_holders_lock_is_taken_over(tmp_path, grid_file):
     out = tmp_path / "out"
     lock = out / "runs" / "a" / "seed0.lock"

@@ -171,6 +171,7 @@ print(json.dumps([before, cells, list(KV_METHODS.names())]))
 '''
 
 
+@pytest.mark.subprocess
 def test_a_grid_built_from_a_registry_sees_every_registration(tmp_path):
     (tmp_path / "kv.py").write_text(REGISTRY_GRID)
     done = subprocess.run([sys.executable, "-c", PROBE, str(tmp_path / "kv.py")], capture_output=True, text=True,
