@@ -24,7 +24,8 @@ def get_grid(preset: str) -> dict:
 
 # Shown where the answer NLL (categories.md) reverses a pair significantly.
 EXPLANATIONS = {
-    "no_window>no_sink": "at the lengths 63 mod 128 (half the prompts) no_window keeps only the last 20-31 tokens after "
+    "no_window>no_sink": "at the lengths 63 mod 128 (half the prompts) "
+                         "no_window keeps only the last 20-31 tokens after "
                          "the sink, fewer than the question and its 'Answer:' (38-80 characters), so the question's "
                          "start is read from the compressed memory; no_sink keeps the last 52-63 there (148-159 at "
                          "the other lengths), most or all of the question, and loses only the 32 sink tokens",

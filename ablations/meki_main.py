@@ -18,7 +18,8 @@ from edge_jax.papers.meki.grid import (
 
 def get_grid(preset: str) -> dict:
     bigger = TINY_PLUS if preset == "tiny" else PAPER_1P7B
-    cells = {"baseline": BASELINE, "meki": MEKI, "baseline_plus": {**bigger, **BASELINE}, "meki_plus": {**bigger, **MEKI}}
+    cells = {"baseline": BASELINE, "meki": MEKI,
+             "baseline_plus": {**bigger, **BASELINE}, "meki_plus": {**bigger, **MEKI}}
     values = {"baseline": 53.0, "meki": 55.5, "baseline_plus": 56.0, "meki_plus": 59.7}
     rows, notes = "0.6B and 1.7B rows", "The _plus cells are the larger scale (paper: 1.7B)."
     if preset == "paper":

@@ -5,7 +5,8 @@
 Each cell trains PLM with another FFN (at matched parameters), then Algorithm 1 finds the largest
 fraction of FFN activations that can be zeroed (smallest |a| first) for a perplexity increase of at
 most 1% of the unmasked perplexity (the headline: scale-free), and beside it for the paper's absolute
-increase of at most 1 (at a tiny model's perplexity of about 6 that allows a 17% rise). The post hook draws Fig. 11 (perplexity increase against the masked fraction).
+increase of at most 1 (at a tiny model's perplexity of about 6 that allows a 17% rise). The post hook
+draws Fig. 11 (perplexity increase against the masked fraction).
 """
 from edge_jax.papers.plm.grid import RECORD_NOTES, base, notes, variant, zero_shot
 

@@ -4,9 +4,10 @@
 
 Tiny cells trade depth for width near PLM-tiny's non-embedding size (d_ff = 4 d, 32-wide heads,
 d_c = d/4 unless the cell varies it; not parameter-matched). The paper preset is Table 15's seven
-candidates with Table 17's sandbox schedule (100B tokens, batch 960 x 4096, lr 5e-4 -> 5e-6). The post hook adds, per cell, the parameter count, MACs and
-FLOPs per token (XLA's cost analysis of the forward pass), time per layer and peak memory of a
-prefill (measured one cell after another in one process), as Table 5 lists them.
+candidates with Table 17's sandbox schedule (100B tokens, batch 960 x 4096, lr 5e-4 -> 5e-6). The post
+hook adds, per cell, the parameter count, MACs and FLOPs per token (XLA's cost analysis of the forward
+pass), time per layer and peak memory of a prefill (measured one cell after another in one process), as
+Table 5 lists them.
 """
 from edge_jax.papers.plm.grid import RECORD_NOTES, base, notes, zero_shot
 

@@ -10,11 +10,12 @@
         --workdir /tmp/ei_snapkv                                  # a KV-cache baseline: evaluation only
 
 Arguments: size (tiny, paper), base (a workdir whose model is the frozen base, e.g. an HF import:
-``edge-jax hf import``; the gate stage's model, tokenizer and init_from come from it), stage (copy, tiny only: a schedule of the base LM on longctx and copies,
-run twice, the second from the first's weights; base: train the dense base LM, the tiny one from the
-second copy run's weights; gate: train only the memory-gating module on the frozen base from init_from,
-then evaluate), method (edgeinfinite, or any other KV_METHODS name, a KV-cache baseline: no training,
-the base from init_from evaluated with that cache).
+``edge-jax hf import``; the gate stage's model, tokenizer and init_from come from it), stage (copy, tiny
+only: a schedule of the base LM on longctx and copies, run twice, the second from the first's weights;
+base: train the dense base LM, the tiny one from the second copy run's weights; gate: train only the
+memory-gating module on the frozen base from init_from, then evaluate), method (edgeinfinite, or any
+other KV_METHODS name, a KV-cache baseline: no training, the base from init_from evaluated with that
+cache).
 
 Tiny: the dense tiny LM (d 128, 4 layers, byte tokens, RoPE base 10,000) trained on 512-token windows,
 each one whole document, in three schedules (each a warm-up and a cosine): copy, 1,500 steps on

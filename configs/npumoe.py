@@ -6,8 +6,8 @@
         --config.train.steps=0 --workdir /tmp/moe_npumoe                             # evaluate under a plan
 
 Arguments: size (tiny, paper), base (a workdir whose MoE model to run, e.g. an HF import: ``edge-jax hf
-import``; model, tokenizer and init_from come from it), strategy (the moe.strategy the run uses: dropless, ragged, uniform,
-npumoe; default uniform). A capacity-bound strategy
+import``; model, tokenizer and init_from come from it), strategy (the moe.strategy the run uses: dropless,
+ragged, uniform, npumoe; default uniform). A capacity-bound strategy
 needs calibrated loads, so evaluate it with ``train.steps=0`` and ``init_from`` (it calibrates first)
 or pass ``moe.plan``. Training uses ``uniform`` at capacity factor 2 (twice the base ``chunk*k/E``, one
 call for all 16 experts, overflow dropped by position, as GShard and Switch train): rarely drops, and
