@@ -258,13 +258,16 @@ def format_report(cfg: ModelConfig, r: dict, chunk: int, repeats: int, batch: in
     if has_dev:
         head += f" {'EdgeInf dev MiB':>15} {'FullKV dev MiB':>14}"
     lines.append(head)
+
+    def dev_cell(p):
+        return "skipped" if p is None else f"{p['device_peak_bytes'] / MIB:.1f}"
+
     for n, x in r.items():
         e, f = x["edgeinfinite"], x["fullkv"]
         ratio = "skipped" if f is None else f"{e['ttft_s'] / f['ttft_s']:.3f}"
         row = (f"  {str(n) + ('' if x['compressed'] else '*'):>7} {_cell(e, 'ttft_s'):>14} {_cell(f, 'ttft_s'):>13} "
                f"{ratio:>10} {_cell(e, 'peak_bytes', MIB, '{:.2f}'):>16} {_cell(f, 'peak_bytes', MIB, '{:.2f}'):>15}")
         if has_dev:
-            dev_cell = lambda p: "skipped" if p is None else f"{p['device_peak_bytes'] / MIB:.1f}"
             row += f" {dev_cell(e):>15} {dev_cell(f):>14}"
         lines.append(row)
     if not all(x["compressed"] for x in r.values()):

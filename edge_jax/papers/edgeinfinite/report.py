@@ -109,7 +109,8 @@ def write_categories(grid, records: list[dict], out) -> list[Path]:
     cells = [c for c in grid.cells if any(r["cell"] == c for r in records)]
     lines = [f"# {grid.title}: categories", ""]
     inwindow = {c: stat(sorted({float(r["metrics"][f"base/inwindow/{c}"]) for r in records  # one shared base: one value
-                                if f"base/inwindow/{c}" in r.get("metrics", {})})) for c in ("single_needle", "multi_key")}
+                                if f"base/inwindow/{c}" in r.get("metrics", {})}))
+                for c in ("single_needle", "multi_key")}
     if any(s.n for s in inwindow.values()):
         lines += ["The base LM inside its training window (its stage's check, full attention): exact match "
                   + ", ".join(f"{c} {format_stat(s)}" for c, s in inwindow.items()) + " percent.", ""]

@@ -1,12 +1,12 @@
 """The compiled expert-cache simulator: :class:`~edge_jax.papers.expert_cache.engine.Simulator` and the
 FIFO, LRU, LFU, watermark (EWMA, ScoutGate, fused) and watermark_pop policies as one numba loop.
 
-:func:`simulate` is what runs use. It replays the same steps as the reference (engine.py with
-policies.py / watermark.py / watermark_pop.py, kept beside it as the specification): stall, observe, demand fetch, prefetch,
-with the same tie-breaking (lowest id first) and every float computed in the reference's order, so its
-stall, hit counts, bytes and final watermarks are identical to the reference's, not merely close. Policies
-without a kernel here (a new one, or a subclass of these) and profiles whose expert sizes are not whole
-bytes (the reference's byte sums use BLAS, whose order is not numpy's) run on the reference instead.
+:func:`simulate` is what runs use. It replays the same steps as the reference (engine.py with policies.py
+/ watermark.py / watermark_pop.py, kept beside it as the specification): stall, observe, demand fetch,
+prefetch, with the same tie-breaking (lowest id first) and every float computed in the reference's order,
+so its stall, hit counts, bytes and final watermarks are identical to the reference's, not merely close.
+Policies without a kernel here (a new one, or a subclass of these) and profiles whose expert sizes are not
+whole bytes (the reference's byte sums use BLAS, whose order is not numpy's) run on the reference instead.
 """
 from __future__ import annotations
 

@@ -50,7 +50,8 @@ def cell(trace: str, vram: float, policy: str, **predictor) -> dict:
     return out
 
 
-NOTES = ("Device profile pcie4-nvme (edge_jax/papers/expert_cache/profile.py): a consumer GPU over PCIe 4.0 (25 GB/s) with "
+NOTES = ("Device profile pcie4-nvme (edge_jax/papers/expert_cache/profile.py): a consumer GPU over PCIe 4.0 "
+         "(25 GB/s) with "
          "a 7 GB/s NVMe SSD and 4-bit PhiMoE-sized experts; while a layer computes the watermark policies may "
          "prefetch in the idle link time (the sizes, costs, compute time and RAM fraction the cells ran with are "
          "under 'From the records'). Real trace: top-2 routing of the NPUMoE tiny "
@@ -58,7 +59,8 @@ NOTES = ("Device profile pcie4-nvme (edge_jax/papers/expert_cache/profile.py): a
          "Python standard library corpus's train split (results/npumoe_traces/seed<s>/pystdlib_train.npz; "
          "docs/npumoe.md says how much of it the model saw); synthetic: a seeded trace of the same shape and length "
          "(Zipf popularity, token-dependent routing, bursts, phase shifts). Each cell simulates the second half of "
-         "the sequences from a cold cache; ScoutGate trains on the first half. Belady is the demand-fetch optimum (per-tier MIN, exact for one expert size): policies that "
+         "the sequences from a cold cache; ScoutGate trains on the first half. Belady is the demand-fetch "
+         "optimum (per-tier MIN, exact for one expert size): policies that "
          "prefetch can go below it. Watermark defaults (alpha 0.02, gamma 0.5) were picked on the first 16,384 "
          "tokens of the seed-0 validation trace; watermark_pop (ours, beside the paper's policy) was tuned on the "
          "seed-0 validation trace only, never on these traces.")

@@ -40,8 +40,8 @@ def span(trace: RoutingTrace, first_seq: int, last_seq: int, max_tokens: int = 0
         hi = min(hi, lo + max_tokens)
     starts = np.asarray(trace.seq_starts[first_seq:last_seq], np.int64) - lo
     return dataclasses.replace(trace, tokens=trace.tokens[lo:hi], experts=trace.experts[lo:hi],
-                               probs=None if trace.probs is None else trace.probs[lo:hi], seq_starts=starts[starts < hi - lo],
-                               meta={**trace.meta, "span_tokens": [lo, hi]})
+                               probs=None if trace.probs is None else trace.probs[lo:hi],
+                               seq_starts=starts[starts < hi - lo], meta={**trace.meta, "span_tokens": [lo, hi]})
 
 
 def split_trace(trace: RoutingTrace, eval_fraction: float, max_tokens: int = 0) -> tuple[RoutingTrace, RoutingTrace]:

@@ -57,7 +57,8 @@ def write_policy_report(grid, records: list[dict], out) -> list[Path]:
     out = Path(out)
     data = collect(records)
     traces = [t for t in ("real", "synthetic") if any(k[0] == t for k in data)]
-    lines = [f"# {grid.title}", "", "Stall is simulated decode stall per token (ms) on the held-out half of each trace, "
+    lines = [f"# {grid.title}", "",
+             "Stall is simulated decode stall per token (ms) on the held-out half of each trace, "
              "mean ± std over seeds; see table.md for every cell and the notes.", ""]
     for trace in traces:
         vrams = sorted({k[1] for k in data if k[0] == trace})

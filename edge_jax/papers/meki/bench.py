@@ -8,7 +8,8 @@ interleaved in one run (:func:`edge_jax.utils.timing.time_interleaved`):
 * ``folded``: MeKi after its fold (:func:`edge_jax.models.inference.inference_form`), its tables
   [V, L, d_mem] in host memory (:func:`edge_jax.papers.meki.host_tables.host_tables`); each step
   gathers the next token's rows on the host (numpy) and the jitted step copies them to the device,
-  inside the timed step. The report also gives what one ``jax.device_put`` of those rows costs (Python overhead a decode loop avoids);
+  inside the timed step. The report also gives what one ``jax.device_put`` of those rows costs (Python
+  overhead a decode loop avoids);
 * ``train_form``: MeKi as trained (memory + SwiGLU projection evaluated every step, on the device).
 
 A round decodes ``new_tokens`` tokens from a copy of the prefilled cache (prefill is not timed); every
@@ -160,12 +161,14 @@ def format_report(base: ModelConfig, d_mem: int, r: dict, batch: int, prompt: in
                  f"{r['round_ratio']['train_form']:.3f} [{q['train_form'][0]:.3f}-{q['train_form'][1]:.3f}]")
     V, L, M = r["table_shape"]
     L_p, M_p, b_p = PAPER_BYTES
-    lines.append(f"  host table [V, L, d_mem] = {V} x {L} x {M} {r['table_dtype']} ({r['table_bytes'] / 2**20:.1f} MiB, "
+    lines.append(f"  host table [V, L, d_mem] = {V} x {L} x {M} {r['table_dtype']} "
+                 f"({r['table_bytes'] / 2**20:.1f} MiB, "
                  f"{r['memory_kind']}); moved per token: {L} x {M} x {r['bytes_per_token'] // (L * M)} B = "
                  f"{_kb(r['bytes_per_token'])} (fp16: {_kb(L * M * 2)}); paper: {L_p} x {M_p} x {b_p} B = "
                  f"{_kb(L_p * M_p * b_p)}")
     lines.append(f"  host gather per step: {r['rows_us']:.1f} us (numpy; timed above); with a separate "
-                 f"jax.device_put: {r['device_put_us']:.1f} us ({r['device_put_us'] / 1e3 / r['ms_per_step']['folded']:.1%}"
+                 f"jax.device_put: {r['device_put_us']:.1f} us "
+                 f"({r['device_put_us'] / 1e3 / r['ms_per_step']['folded']:.1%}"
                  " of the folded step)")
     return "\n".join(lines)
 

@@ -174,7 +174,8 @@ def measure(d: int, d_ff: int, n_experts: int, top_k: int, chunk: int, chunks: i
         row.update(ms_per_token=secs[key] * 1e3, ms_p25=float(q[0]), ms_p75=float(q[1]))
     speedup = {name: secs["base"] / secs[name] for name in ABLATION}
     step = {name: secs[prev] / secs[name] for prev, name in zip(ABLATION, ABLATION[1:])}
-    return {"variants": rows, "fallback_experts": list(plans["+residency"].fallback), "speedup_vs_base": speedup, "speedup_vs_previous": step,
+    return {"variants": rows, "fallback_experts": list(plans["+residency"].fallback), "speedup_vs_base": speedup,
+            "speedup_vs_previous": step,
             "grouped_vs_per_expert": secs["per_expert"] / secs["grouped"],
             "fallback_ms_per_chunk": secs["fallback_only"] * chunk * 1e3,
             "dispatch_us": dispatch_overhead_us(), "imbalance": imbalance_ratio(load_E), "load_E": load_E.tolist(),
@@ -225,7 +226,8 @@ def format_report(shape: dict, r: dict, repeats: int) -> str:
     res, per = r["variants"]["+residency"], r["variants"]["per_expert"]
     res_chunk = res["ms_per_token"] * s["chunk"]
     lines.append(f"  dispatch: one jitted call costs {r['dispatch_us']:.0f} us on the host; per_expert's "
-                 f"{per['calls']} calls are {per['calls'] * r['dispatch_us'] / 1e3 / (per['ms_per_token'] * s['chunk']):.1%} "
+                 f"{per['calls']} calls are "
+                 f"{per['calls'] * r['dispatch_us'] / 1e3 / (per['ms_per_token'] * s['chunk']):.1%} "
                  f"of its time per chunk")
     lines.append(f"  fallback call alone (host CPU, {len(r['fallback_experts'])} experts): "
                  f"{r['fallback_ms_per_chunk']:.2f} ms per chunk = {r['fallback_ms_per_chunk'] / res_chunk:.0%} of "

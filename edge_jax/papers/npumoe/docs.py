@@ -83,7 +83,8 @@ def _pairs(src: Sources, grid: str, hi: str = "", lo: str = "") -> list:
         from edge_jax.papers.npumoe.grid import capacity
         pairs = [p for p in pairs if str(capacity(p.better)) == hi and str(capacity(p.worse)) == lo]
     if not pairs:
-        raise DocBlockError(f"grid {grid} has no pair the paper orders" + (f" from capacity {hi} to {lo}" if hi else ""))
+        raise DocBlockError(f"grid {grid} has no pair the paper orders"
+                            + (f" from capacity {hi} to {lo}" if hi else ""))
     return pairs
 
 
@@ -180,8 +181,11 @@ def sweep_ratio(src: Sources, path: str, overflow: str, fmt: str = ".2f") -> str
     if not cells:
         raise DocBlockError(f"{path} has no sweep under overflow {overflow!r}; it has drop and fallback")
     caps = sorted({capacity(n) for n in cells})
-    return ", ".join(f"g{g} {number(cells[f'g{g}_c{caps[0]}']['ms_per_token'] / cells[f'g{g}_c{caps[-1]}']['ms_per_token'], fmt=fmt)}×"
-                     for g in sorted({group(n) for n in cells}))
+
+    def ratio(g):  # group g's time per token at the lowest capacity over that at the highest
+        return cells[f"g{g}_c{caps[0]}"]["ms_per_token"] / cells[f"g{g}_c{caps[-1]}"]["ms_per_token"]
+
+    return ", ".join(f"g{g} {number(ratio(g), fmt=fmt)}×" for g in sorted({group(n) for n in cells}))
 
 
 @DOC_BLOCKS.register("npumoe.headline")

@@ -87,8 +87,8 @@ HOST_FALLBACK_ON_CPU = ("the overflow runs on the host here, and on a CPU the ho
                         "capacity adds (the padding column) is extra work; the paper's trend needs a fallback "
                         "costlier per row than its NPU graphs")
 GROUPING_ON_CPU = ("on XLA:CPU one batched [G, C, d] call runs no faster than G separate ones once C is large (a "
-                   "dispatch costs microseconds: edge-jax bench moe), so more experts per call saves nothing; grouping saves per-call "
-                   "overhead, which is small here")
+                   "dispatch costs microseconds: edge-jax bench moe), so more experts per call saves nothing; "
+                   "grouping saves per-call overhead, which is small here")
 
 
 def capacity(cell_name: str) -> int:

@@ -60,7 +60,8 @@ def calibrate(run, params, data: str = "", second: str = "", batches: int = 0, o
     ref = dropless_model(run.model)
 
     def loads(name, split):
-        return expert_loads(routing_pass(ref, params, eval_batches(run, name, split, n)).ids_NLJ(), cfg.model.moe_experts)
+        ids = routing_pass(ref, params, eval_batches(run, name, split, n)).ids_NLJ()
+        return expert_loads(ids, cfg.model.moe_experts)
 
     cal = loads(data, "train")
     if overlap:

@@ -80,11 +80,15 @@ def write_arch_stats(grid, records: list[dict], out) -> list[Path]:
     for c in cells:
         s, m = stats[c], cfgs[c]
         loss = np.mean([float(r["metrics"][grid.metric]) for r in by_cell[c]])
-        lines.append(f"| {c} | {m.n_layers} | {m.d_model} | {m.kv_lora_rank} | {s['params']:,} | {s['non_embedding']:,} "
-                     f"| {s['macs_per_token']:,.0f} | {s['flops_per_token']:,.0f} | {s['macs_per_token'] / s['params']:.3f} "
-                     f"| {1e3 * s['time_per_layer_s']:.3f} | {s['peak_bytes'] / 2**20:.2f} | {loss:.4f} |")
-    lines += ["", "PLM Table 5 (1.2-1.55B candidates, 100B tokens; time and memory on a Raspberry Pi, units as printed):",
-              "", "| layers | d_model | d_ffn | kv rank | params | MACs/param | FLOPs/param | time/layer | peak memory | loss |",
+        lines.append(f"| {c} | {m.n_layers} | {m.d_model} | {m.kv_lora_rank} | {s['params']:,} "
+                     f"| {s['non_embedding']:,} | {s['macs_per_token']:,.0f} | {s['flops_per_token']:,.0f} "
+                     f"| {s['macs_per_token'] / s['params']:.3f} | {1e3 * s['time_per_layer_s']:.3f} "
+                     f"| {s['peak_bytes'] / 2**20:.2f} | {loss:.4f} |")
+    lines += ["",
+              "PLM Table 5 (1.2-1.55B candidates, 100B tokens; time and memory on a Raspberry Pi, units as printed):",
+              "",
+              "| layers | d_model | d_ffn | kv rank | params | MACs/param | FLOPs/param | time/layer "
+              "| peak memory | loss |",
               "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     lines += ["| " + " | ".join(str(v) for v in row) + " |" for row in PAPER_TABLE5]
     path = Path(out) / "arch_stats.md"

@@ -43,7 +43,7 @@ def _model(size: str):
     from edge_jax.models.presets import sized_config
     try:
         return ModelConfig.from_config(sized_config(f"plm_{size}").model)
-    except Exception as e:  # an unknown size: one line
+    except Exception as e:  # noqa: BLE001 - an unknown size: one line
         raise DocBlockError(f"no PLM size {size!r} ({e}); sizes: tiny, 1p8b") from None
 
 
@@ -220,7 +220,8 @@ def headline(src) -> str:
     naive = _context(src, "8192")
     return (f"{params(src, 'total')} parameters (paper 1.83B); {kv(src, '1p8b', 'mla')} vs "
             f"{kv(src, '1p8b', 'mha')} cached values per token and layer ({kv(src, '1p8b', 'ratio')}); absorbed "
-            f"MLA decodes {naive['round_ratio']['absorbed_vs_naive']:.2f}× faster than naive at 8K ({machine(src, BENCH)}; "
+            f"MLA decodes {naive['round_ratio']['absorbed_vs_naive']:.2f}× faster than naive at 8K "
+            f"({machine(src, BENCH)}; "
             f"median per round); activation sparsity rate at Δppl ≤ 1% of the model's perplexity (the headline) "
             f"ReLU² {rate('relu2', 'sparsity_rate')} vs SwiGLU {rate('swiglu', 'sparsity_rate')} "
             f"({rate('relu2', 'sparsity_rate_abs')} vs {rate('swiglu', 'sparsity_rate_abs')} at the paper's "

@@ -226,7 +226,8 @@ def _markdown(rows, notes, contexts, steps, rounds) -> str:
     dev = jax.devices()[0]
     lines = ["# KV cache and decode speed: MLA vs GQA / MHA", "",
              f"Per cell: one trained seed (seed 0 when present), its latest checkpoint. Cache bytes are summed "
-             f"from the per-token arrays `init_cache` allocates (slot positions and flags excluded), per token of one sequence, all "
+             f"from the per-token arrays `init_cache` allocates (slot positions and flags excluded), per token of "
+             "one sequence, all "
              f"layers. Decode: batch 1, a random prompt of context - {steps} tokens prefilled into a cache of "
              f"context + {steps} slots, then {steps} greedy steps timed (`decode_tokens`, each token brought to "
              f"the host); median of {rounds} rounds interleaved between rows; {dev.platform} ({dev.device_kind}). "

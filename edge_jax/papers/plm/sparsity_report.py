@@ -71,7 +71,8 @@ def write_report(groups: dict[str, list[dict]], out, title: str) -> list[Path]:
                      f"| {_mean(rs, 'executed_fraction'):.4f} |")
     lines[2] = lines[2].replace("{n}", "/".join(sorted({str(len(rs)) for rs in groups.values()})))
     lines += ["", "PLM Table 14, for comparison (B = billions of parameters):", "",
-              "| model | raw size | sparsity rate | masked | executed | executed fraction |", "|---|---:|---:|---:|---:|---:|"]
+              "| model | raw size | sparsity rate | masked | executed | executed fraction |",
+              "|---|---:|---:|---:|---:|---:|"]
     lines += [f"| {name} | {v[0]} | {v[1]:.4f} | {v[2]} | {v[3]} | {v[4]:.4f} |" for name, v in PAPER_TABLE14.items()]
     lines += ["", "Perplexity increase at each masked fraction r (Fig. 11):", "",
               "| r | " + " | ".join(groups) + " |", "|---:|" + "---:|" * len(groups)]
@@ -84,7 +85,8 @@ def write_report(groups: dict[str, list[dict]], out, title: str) -> list[Path]:
     w = csv.writer(buf, lineterminator="\n")
     w.writerow(["r"] + list(groups))
     for i, r in enumerate(ratios):
-        w.writerow([repr(float(r))] + [repr(float(np.mean([x["ppl_increase"][i] for x in rs]))) for rs in groups.values()])
+        w.writerow([repr(float(r))]
+                   + [repr(float(np.mean([x["ppl_increase"][i] for x in rs]))) for rs in groups.values()])
     write_text_atomic(paths[1], buf.getvalue())
     _plot(groups, paths[2], first["max_ppl_increase"])
     return paths
@@ -133,5 +135,6 @@ def write_sparsity_curves(grid, records: list[dict], out) -> list[Path]:
             with open(path) as f:
                 groups.setdefault(r["cell"], []).append(json.load(f))
     if not groups:
-        raise FileNotFoundError(f"no sparsity.json in the workdirs of {grid.name}; train with train.sparsity_batches > 0")
+        raise FileNotFoundError(f"no sparsity.json in the workdirs of {grid.name}; "
+                                "train with train.sparsity_batches > 0")
     return write_report(groups, out, grid.title)
