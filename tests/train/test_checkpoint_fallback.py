@@ -4,10 +4,17 @@ import shutil
 
 import numpy as np
 import pytest
+from trained_runs import tiny_run
 
 from edge_jax.train.checkpoint import CheckpointError
 from edge_jax.train.loop import TrainingError, train_and_evaluate
 from edge_jax.train.metrics import read_jsonl
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory):
+    """A tiny run of 8 steps with checkpoints at steps 4 and 8 (made once per process; tests copy it)."""
+    return tiny_run(tmp_path_factory)
 
 
 def _losses(workdir):
@@ -26,10 +33,10 @@ def _damage(workdir, step):
             f.write(rng.integers(0, 256, size, dtype=np.uint8).tobytes())
 
 
-def test_a_damaged_latest_checkpoint_falls_back_to_the_previous_one(tiny_config, tmp_path, capfd):
+def test_a_damaged_latest_checkpoint_falls_back_to_the_previous_one(trained, tiny_config, tmp_path, capfd):
     wd, clean = str(tmp_path / "run"), str(tmp_path / "clean")
-    train_and_evaluate(tiny_config(**{"train.steps": 8}), wd)          # checkpoints at steps 4 and 8
-    shutil.copytree(wd, clean)
+    shutil.copytree(trained, wd)                                       # checkpoints at steps 4 and 8
+    shutil.copytree(trained, clean)
     shutil.rmtree(os.path.join(clean, "checkpoints", "8"))             # the same run, honestly stopped at 4
     train_and_evaluate(tiny_config(**{"train.steps": 12}), clean)
     _damage(wd, 8)
@@ -48,9 +55,9 @@ def test_a_damaged_latest_checkpoint_falls_back_to_the_previous_one(tiny_config,
     assert np.isfinite(result["val_loss"])
 
 
-def test_no_readable_checkpoint_is_one_line_naming_the_directory(tiny_config, tmp_path):
+def test_no_readable_checkpoint_is_one_line_naming_the_directory(trained, tiny_config, tmp_path):
     wd = str(tmp_path / "run")
-    train_and_evaluate(tiny_config(**{"train.steps": 8}), wd)
+    shutil.copytree(trained, wd)
     for step in (4, 8):
         _damage(wd, step)
     with pytest.raises(CheckpointError) as e:
@@ -69,10 +76,10 @@ def test_a_divergence_before_the_first_checkpoint_says_so(tiny_config, tmp_path)
         train_and_evaluate(cfg, str(tmp_path / "nan"))
 
 
-def test_evaluating_a_workdir_uses_the_newest_readable_step(tiny_config, tmp_path, capfd):
+def test_evaluating_a_workdir_uses_the_newest_readable_step(trained, tmp_path, capfd):
     from edge_jax.train.evaluate import evaluate_workdir
     wd = str(tmp_path / "run")
-    train_and_evaluate(tiny_config(**{"train.steps": 8}), wd)
+    shutil.copytree(trained, wd)
     _damage(wd, 8)
     capfd.readouterr()
     assert evaluate_workdir(wd, num_batches=1)["step"] == 4
@@ -81,10 +88,10 @@ def test_evaluating_a_workdir_uses_the_newest_readable_step(tiny_config, tmp_pat
     assert os.path.isdir(os.path.join(wd, "checkpoints", "8"))          # a reader moves nothing
 
 
-def test_init_from_a_workdir_with_a_damaged_latest_step_uses_the_previous_one(tiny_config, tmp_path, capfd):
+def test_init_from_a_workdir_with_a_damaged_latest_step_uses_the_previous_one(trained, tmp_path, capfd):
     from edge_jax.train.init_from import restore_params
     wd = str(tmp_path / "base")
-    train_and_evaluate(tiny_config(**{"train.steps": 8}), wd)
+    shutil.copytree(trained, wd)
     _damage(wd, 8)
     capfd.readouterr()
     params, _ = restore_params(wd)

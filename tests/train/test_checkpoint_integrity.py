@@ -5,6 +5,7 @@ import shutil
 
 import numpy as np
 import pytest
+from trained_runs import tiny_run
 
 from edge_jax.train import checksums, divergence
 from edge_jax.train.checkpoint import Checkpointer
@@ -13,15 +14,8 @@ from edge_jax.train.loop import train_and_evaluate
 
 @pytest.fixture(scope="module")
 def trained(tmp_path_factory):
-    """A tiny run of 8 steps with checkpoints at steps 4 and 8 (built once for the module)."""
-    from conftest import tiny_overrides
-
-    from edge_jax.config import load_config
-    root = tmp_path_factory.mktemp("integrity")
-    os.environ.setdefault("EDGE_JAX_DATA", str(root / "data"))
-    wd = str(root / "run")
-    train_and_evaluate(load_config("configs/lm.py:size=tiny", tiny_overrides(**{"train.steps": 8})), wd)
-    return wd
+    """A tiny run of 8 steps with checkpoints at steps 4 and 8 (made once per process; tests copy it)."""
+    return tiny_run(tmp_path_factory)
 
 
 def _scribble(path: str, seed: int, n: int = 4096) -> None:
