@@ -5,6 +5,7 @@ import os
 import subprocess
 import sys
 
+import pytest
 from conftest import tiny_overrides
 from etils import epath
 
@@ -17,6 +18,7 @@ def _argv(workdir: str) -> list[str]:
     return ["train", "--config", "configs/lm.py:size=tiny", "--workdir", workdir, *flags]
 
 
+@pytest.mark.subprocess  # the resume runs in a process of its own
 def test_a_full_disk_during_a_save_is_one_line_and_keeps_the_earlier_steps(tmp_path, monkeypatch, capfd):
     from edge_jax.cli import main
     monkeypatch.setenv("EDGE_JAX_DATA", os.environ.get("EDGE_JAX_TEST_DATA", str(tmp_path / "data")))
