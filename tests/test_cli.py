@@ -31,6 +31,7 @@ def test_eval_without_workdir_is_one_line(capsys, tmp_path):
     assert "edge-jax train" in capsys.readouterr().err
 
 
+@pytest.mark.subprocess
 def test_console_script_help():
     out = subprocess.run([sys.executable, "-m", "edge_jax.cli", "--help"], capture_output=True, text=True, check=True)
     for cmd in ("train", "eval", "grid", "bench", "params"):

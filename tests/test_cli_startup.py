@@ -10,6 +10,8 @@ import time
 
 import pytest
 
+pytestmark = pytest.mark.subprocess  # every test starts a fresh interpreter
+
 HEAVY = ("jax", "tensorflow_datasets", "torch", "tensorflow")
 
 # In a fresh process: run main(argv) for each argv (catching argparse's exit), then print one JSON line:

@@ -90,6 +90,7 @@ def test_process_block_is_the_rows_of_this_processs_devices():
     assert (process_rows(batch, sharding)["inputs"] == batch["inputs"]).all()
 
 
+@pytest.mark.subprocess
 @pytest.mark.skipif(distributed.tpu_chips() > 0, reason="a TPU is attached: libtpu rightly starts")
 def test_no_libtpu_chatter_on_a_machine_without_a_tpu(tmp_path):
     env = {k: v for k, v in os.environ.items() if k not in ("JAX_PLATFORMS", "XLA_FLAGS")}

@@ -100,6 +100,7 @@ def scratch(tmp):
 EXTRAS = sorted(set(extras.PACKAGES.values()))
 
 
+@pytest.mark.subprocess
 @pytest.mark.parametrize("extra", EXTRAS)
 def test_every_module_imports_and_every_feature_refuses_in_one_line_without_an_extra(extra, tmp_path):
     hidden = sorted(p for p, e in extras.PACKAGES.items() if e == extra)

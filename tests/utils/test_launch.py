@@ -2,6 +2,8 @@
 import sys
 import time
 
+import pytest
+
 from edge_jax.cli import main
 from edge_jax.utils import launch
 
@@ -20,6 +22,7 @@ def test_edge_jax_runs_with_this_interpreter():
     assert launch.command_argv(["python", "x.py"]) == ["python", "x.py"]
 
 
+@pytest.mark.subprocess
 def test_a_failing_process_stops_the_others_within_seconds(capsys):
     code = ("import os, sys, time\n"
             "i = int(os.environ['JAX_PROCESS_ID'])\n"
@@ -34,12 +37,14 @@ def test_a_failing_process_stops_the_others_within_seconds(capsys):
     assert "edge-jax launch: process 1 exited with status 3; stopped processes 0, 2" in out
 
 
+@pytest.mark.subprocess
 def test_all_succeed_is_status_0_and_a_missing_command_is_one_line(capsys):
     assert main(["launch", "--processes", "2", "--", sys.executable, "-c", "print('ok')"]) == 0
     assert main(["launch", "--processes", "2"]) == 2
     assert "needs a command after --" in capsys.readouterr().err
 
 
+@pytest.mark.subprocess
 def test_sigterm_to_the_launcher_reaches_every_process_and_a_preempted_job_exits_75(tmp_path):
     """Each process saves on SIGTERM and exits 75 (here: a script that says so, at different times): none is
     stopped early, and the launcher exits 75."""
@@ -65,6 +70,7 @@ def test_sigterm_to_the_launcher_reaches_every_process_and_a_preempted_job_exits
     assert "[0] saved" in out and "[1] saved" in out and "stopped process" not in out
 
 
+@pytest.mark.subprocess
 def test_a_process_killed_by_a_signal_is_named_with_the_status_the_launcher_exits_with(capsys):
     code = ("import os, signal, time\n"
             "time.sleep(0.3)\n"

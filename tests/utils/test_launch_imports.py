@@ -5,6 +5,8 @@ import subprocess
 import sys
 import textwrap
 
+import pytest
+
 HEAVY = ("jax", "jaxlib", "flax", "tensorflow", "tensorflow_datasets", "torch")
 
 GRID = """
@@ -27,6 +29,7 @@ SCRIPT = textwrap.dedent("""
 """).format(heavy=HEAVY)
 
 
+@pytest.mark.subprocess
 def test_launch_and_summary_import_no_jax(tmp_path):
     (tmp_path / "ablations").mkdir()
     (tmp_path / "ablations" / "toy.py").write_text(GRID)
