@@ -1,4 +1,5 @@
-"""``edge-jax``: train | eval | params | grid | bench | compile | data | hf | summary | docs | launch | moe | cache | analyze.
+"""``edge-jax``: train | eval | params | grid | bench | compile | data | hf | summary | docs | launch | moe | cache |
+analyze.
 
 Config options follow big_vision: ``--config configs/lm.py:size=tiny --config.train.steps=200``.
 Errors a user can fix (:class:`edge_jax.errors.UserError`) are printed as one line
@@ -158,7 +159,7 @@ def build_parser() -> argparse.ArgumentParser:
     the core group ``GROUP`` (:data:`GROUPS`), e.g. ``"analyze logit-lens"``."""
     from edge_jax.registry import COMMANDS
     plugins.load_cli()
-    parser = Parser(prog="edge-jax", description=__doc__.splitlines()[0])
+    parser = Parser(prog="edge-jax", description=__doc__.split("\n\n")[0].replace("\n", " "))
     sub = parser.add_subparsers(dest="command", required=True)
     _add_core_commands(sub)
     grouped: dict[str, list[tuple[str, Callable]]] = {}

@@ -272,7 +272,8 @@ def per_shard(fn, in_names: tuple, out_names: tuple):
         specs = [nn.logical_to_mesh_axes(tuple(None if n in whole else n for n in ns), LOGICAL_RULES) for ns in names]
         n_in = len(args)
         out_specs = tuple(specs[n_in:]) if several else specs[n_in]
-        return jax.shard_map(local, mesh=mesh, in_specs=tuple(specs[:n_in]), out_specs=out_specs, check_vma=False)(*args)
+        return jax.shard_map(local, mesh=mesh, in_specs=tuple(specs[:n_in]), out_specs=out_specs,
+                             check_vma=False)(*args)
 
     def local(*args):  # inside, each device holds its shard: no constraints, no nested shard_map
         token = _ACTIVATION_MESH.set(None)

@@ -51,7 +51,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         g.add_argument(flag, type=count, default=None, help=help_)
     g.add_argument("--batch", type=count, default=1, help="sequences decoded together")
     g.add_argument("--kernels", default="xla", choices=KERNEL_MODES,
-                   help="model.kernels of the benchmarks that build a layer or model: xla, pallas or auto (docs/kernels.md)")
+                   help="model.kernels of the benchmarks that build a layer or model: xla, pallas or auto "
+                        "(docs/kernels.md)")
     g.add_argument("--dtype", default="float32", help="compute and parameter dtype (float32, bfloat16, float16)")
     g.add_argument("--experts", type=count, default=16, help="routed experts")
     g.add_argument("--top-k", type=count, default=2, help="experts per token")
@@ -98,4 +99,5 @@ def provenance() -> dict:
     return {"command": p.command_line(), "git": p.git_info(Path.cwd()), "device": p.device_info(),
             "host": {"machine": platform.machine(), "cpus": os.cpu_count(), "processor": platform.processor(),
                      "load_avg_1m": os.getloadavg()[0] if hasattr(os, "getloadavg") else None},
-            "versions": p.versions(), "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")}
+            "versions": p.versions(),
+            "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")}

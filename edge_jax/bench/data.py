@@ -177,7 +177,7 @@ def paper_host_rate(root: str | None = None) -> tuple[float, str]:
         for topology, tab in tables.items():
             try:
                 chips = math.prod(int(x) for x in slice_shape(topology.split()[0])[1].split("x"))
-            except Exception:   # a topology the chip table does not know: skip it
+            except Exception:  # noqa: BLE001 - a topology the chip table does not know: skip it
                 continue
             hosts = max(1, chips // CHIPS_PER_HOST)
             for cell, row in tab.get("rows", {}).items():

@@ -39,7 +39,7 @@ class PeakMemory:
         for child in self.proc.children(recursive=True):
             try:
                 total += child.memory_info().rss
-            except Exception:  # a child that just ended
+            except Exception:  # noqa: BLE001 - a child that just ended
                 pass
         self.main, self.total = max(self.main, main), max(self.total, total)
 

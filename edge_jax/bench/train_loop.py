@@ -97,7 +97,8 @@ class Minimal:
 
 def run(args, overrides) -> str:
     cases = CASES if args.case == "both" else (args.case,)
-    lines = [f"train-loop benchmark: {args.config} ({jax.device_count()} {jax.devices()[0].platform} device(s) present, "
+    lines = [f"train-loop benchmark: {args.config} "
+             f"({jax.device_count()} {jax.devices()[0].platform} device(s) present, "
              f"the dispatch case on one; log every {args.log_every}, {args.repeats} rounds alternating, "
              "median [min-max])"]
     for case in cases:

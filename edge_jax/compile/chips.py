@@ -113,7 +113,8 @@ def tpu_target(name: str, slices: int = 1) -> Target:
         topo = topologies.get_topology_desc(platform="tpu", topology_name=f"{gen}:{shape}",
                                             chip_config_name="megacore" if gen == "v4" else "default",
                                             chips_per_host_bounds=host_bounds(dims), num_slices=slices)
-    except Exception as e:  # libtpu's refusal (a JaxRuntimeError) of a slice shape it does not build
+    except Exception as e:  # noqa: BLE001 - libtpu's refusal (a JaxRuntimeError) of a slice shape
+        # it does not build
         raise ConfigError(f"topology {name!r}: libtpu cannot build slice {gen}:{shape} ({one_line(e)}); use a "
                           f"Cloud TPU type: {', '.join(cloud_names(gen))}") from None
     chips = math.prod(dims)

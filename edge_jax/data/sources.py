@@ -250,7 +250,7 @@ def _tfds(name: str, data_dir: str, text_key: str) -> Source:
     for d in tried:
         try:
             b = tfds.builder(name, data_dir=d)
-        except Exception:  # not registered and not on disk there
+        except Exception:  # noqa: BLE001 - not registered and not on disk there
             continue
         if b.is_prepared():
             builder, where = b, d

@@ -2,7 +2,8 @@
 
 A generated block sits between two markers, inline or over several lines::
 
-    MeKi lowers validation loss by <!-- edge-jax docs: diff meki_main dense meki val_loss -->0.54<!-- /edge-jax docs --> nats
+    MeKi lowers validation loss by
+    <!-- edge-jax docs: diff meki_main dense meki val_loss -->0.54<!-- /edge-jax docs --> nats
 
     <!-- edge-jax docs: summary -->
     | grid | cells | ...

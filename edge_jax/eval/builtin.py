@@ -181,10 +181,12 @@ def _load_longctx(source: BuiltinSource, split: str) -> list[dict]:
 
 # What every built-in task's format reads: a context, non-empty choices, a gold index among them.
 _SCHEMA = (Text("text", empty=True), Choices("choices"), Index("gold", "choices"))
-ZERO_SHOT_TASKS.register("facts_mc", Task("facts_mc", _question_format(), _load_facts, "test", "train", "edge_jax facts_mc v2",
-                                builtin=True, description="facts corpus, held-out question wordings", schema=_SCHEMA))
-ZERO_SHOT_TASKS.register("code_cloze", Task("code_cloze", Format("multiple_choice", lambda d: d["text"], lambda d: d["gold"],
-                                                       lambda d: d["choices"], target_delimiter=""),
+ZERO_SHOT_TASKS.register("facts_mc", Task("facts_mc", _question_format(), _load_facts, "test", "train",
+                                "edge_jax facts_mc v2", builtin=True,
+                                description="facts corpus, held-out question wordings", schema=_SCHEMA))
+ZERO_SHOT_TASKS.register("code_cloze", Task("code_cloze",
+                                  Format("multiple_choice", lambda d: d["text"], lambda d: d["gold"],
+                                         lambda d: d["choices"], target_delimiter=""),
                                   _load_code, "test", None, "edge_jax code_cloze v1", builtin=True,
                                   description="next line of a held-out pystdlib file", schema=_SCHEMA))
 ZERO_SHOT_TASKS.register("longctx_mc", Task("longctx_mc", _question_format(), _load_longctx, "test", None,

@@ -15,8 +15,9 @@ from edge_jax.utils.args import at_least, count, output_dir
 def add_arguments(p) -> None:
     """The zero-shot flags of ``edge-jax eval``."""
     p.add_argument("--tasks", default="", help="zero-shot tasks or groups, comma-separated: facts_mc, code_cloze, "
-                   "longctx_mc (group builtin), ten published benchmarks (group ten_benchmarks: arc_easy, arc_challenge, boolq, "
-                   "copa, hellaswag, lambada_openai, openbookqa, piqa, sciq, winogrande); skips the validation loss")
+                   "longctx_mc (group builtin), ten published benchmarks (group ten_benchmarks: arc_easy, "
+                   "arc_challenge, boolq, copa, hellaswag, lambada_openai, openbookqa, piqa, sciq, winogrande); "
+                   "skips the validation loss")
     p.add_argument("--data-dir", default="", help="where the benchmarks' published files lie (DIR/<task>/<split>.jsonl "
                    "or .parquet; docs/eval.md), or tfds:DIR for prepared TFDS datasets")
     p.add_argument("--num-fewshot", type=at_least(0), default=0, help="solved examples before each document (seeded)")

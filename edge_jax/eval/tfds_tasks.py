@@ -145,7 +145,7 @@ def read_tfds(tfds_dir: str, task: str, split: str) -> list[dict]:
     try:
         builder = tfds.builder(name, data_dir=path)
         prepared = builder.is_prepared()
-    except Exception:  # not registered (its module needs TensorFlow) and not on disk there
+    except Exception:  # noqa: BLE001 - not registered (its module needs TensorFlow) and not on disk there
         prepared = False
     if not prepared:
         raise TaskError(f"{task}: TFDS dataset '{name}' is not prepared in {path}; prepare it where there is "

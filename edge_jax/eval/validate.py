@@ -1,11 +1,12 @@
 """Checks of zero-shot task documents as they load, before anything is scored.
 
-Every task names, in its ``Task.schema`` (a tuple of the checks below), what its prompt format reads from a document and what each
-field must hold: text (a string; non-empty where a prompt needs it), choices (a non-empty list of
-non-empty strings), a gold index (an integer, or a string of one where the published data has
-strings, within the number of choices), a gold key among the choice labels (ARC, OpenBookQA).
-After the fields, the task's :class:`~edge_jax.eval.tasks.Format` builds the document's requests
-and the result is checked too: every choice non-empty text, the gold index among the choices.
+Every task names, in its ``Task.schema`` (a tuple of the checks below), what its prompt format reads
+from a document and what each field must hold: text (a string; non-empty where a prompt needs it),
+choices (a non-empty list of non-empty strings), a gold index (an integer, or a string of one where
+the published data has strings, within the number of choices), a gold key among the choice labels
+(ARC, OpenBookQA). After the fields, the task's :class:`~edge_jax.eval.tasks.Format` builds the
+document's requests and the result is checked too: every choice non-empty text, the gold index among
+the choices.
 
 :func:`check_documents` runs the checks over a split's documents; the loaders (task files,
 TFDS datasets, built-in constructions) call it with where each document came from, so the first

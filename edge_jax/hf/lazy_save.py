@@ -72,7 +72,7 @@ def save_params(directory: str, step: int, params: dict) -> None:
     directory ``directory``, checksummed, synchronously."""
     options = ocp.CheckpointManagerOptions(create=True, enable_async_checkpointing=False,
                                            temporary_path_class=checksums.ChecksummedRename)
-    with ocp.CheckpointManager(directory, options=options,
-                               item_handlers={"state": ocp.PyTreeCheckpointHandler(type_handler_registry=_registry())}) as mgr:
+    handler = ocp.PyTreeCheckpointHandler(type_handler_registry=_registry())
+    with ocp.CheckpointManager(directory, options=options, item_handlers={"state": handler}) as mgr:
         mgr.save(step, args=ocp.args.Composite(state=ocp.args.PyTreeSave({"params": params})))
         mgr.wait_until_finished()

@@ -67,7 +67,8 @@ class Checkpoint:
         elif os.path.exists(os.path.join(directory, SINGLE)):
             files = [SINGLE]
         else:
-            files = sorted(n for n in os.listdir(directory) if n.endswith(".safetensors") and not n.startswith("edge_jax_"))
+            files = sorted(n for n in os.listdir(directory)
+                           if n.endswith(".safetensors") and not n.startswith("edge_jax_"))
         if not files:
             raise Unsupported(f"{directory} holds no *.safetensors weights (a .bin-only checkpoint must be saved "
                               "again with safe_serialization=True)")

@@ -151,7 +151,8 @@ class DecoderLM(nn.Module):
         for name in host:
             if name not in memory.accepts:
                 raise ValueError(f"host input {name!r} is not an input of model.memory={c.memory!r} (it takes "
-                                 f"{', '.join(memory.accepts) or 'none'}); pass it only to a model whose memory takes it")
+                                 f"{', '.join(memory.accepts) or 'none'}); pass it only to a model whose memory "
+                                 "takes it")
         if positions_BT is None:
             positions_BT = jnp.broadcast_to(jnp.arange(tokens_BT.shape[1]), tokens_BT.shape)
         embed = nn.Embed(c.vocab_size, c.d_model, dtype=jnp.dtype(c.dtype), param_dtype=jnp.dtype(c.param_dtype),

@@ -141,9 +141,9 @@ def _listen(port: int) -> socket.socket:
             return socket.create_server(("", port), family=socket.AF_INET6, dualstack_ipv6=True)
         return socket.create_server(("", port))
     except OSError as e:
-        raise JoinError(f"process 0 cannot listen on port {port} ({os.strerror(e.errno) if e.errno else e}): another process already "
-                        "has --process-id 0 on this host, or another program uses the port; give each process "
-                        "its own id, or pick a free port in --coordinator-address") from None
+        raise JoinError(f"process 0 cannot listen on port {port} ({os.strerror(e.errno) if e.errno else e}): "
+                        "another process already has --process-id 0 on this host, or another program uses the port; "
+                        "give each process its own id, or pick a free port in --coordinator-address") from None
 
 
 def _coordinate(address: str, port: int, n: int, timeout_s: float) -> Link:

@@ -126,7 +126,8 @@ def segmented_attention_reference(q_BTHK, k_BTGK, v_BTGK, layout: SegmentLayout,
                                                jnp.broadcast_to(mask, (B, n, S + n)))
 
     parts = [dot_product_attention_reference(q[:, :S], k[:, :S], v[:, :S],
-                                             jnp.broadcast_to(jnp.tril(jnp.ones((S, S), bool)), (B, S, S)))] if S else []
+                                             jnp.broadcast_to(jnp.tril(jnp.ones((S, S), bool)), (B, S, S)))
+             ] if S else []
     M, z = empty_memory(B, G, K)
     for i in range(O):
         lo = S + i * seg_len

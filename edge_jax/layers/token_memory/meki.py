@@ -17,8 +17,9 @@ Inference form (eqs. 9-14): everything in ``e`` depends on the token id only, so
 :class:`MeKiExpert` on the whole vocabulary once and stores ``M~ = alpha * RMSNorm(M + beta * G(E))``
 as ``table``. The fold is pure: it returns a new tree sharing the unchanged leaves, so training can go
 on from the original parameters (the MeKi authors fold in place, which makes training after an
-evaluation count the dynamic term twice). The folded branch does a lookup ``M~[x_t]`` (or takes rows gathered on the host) and the two d_mem x d_model
-matmuls. Both forms use the same :func:`fuse_and_project`, so they cannot drift apart.
+evaluation count the dynamic term twice). The folded branch does a lookup ``M~[x_t]`` (or takes rows
+gathered on the host) and the two d_mem x d_model matmuls. Both forms use the same
+:func:`fuse_and_project`, so they cannot drift apart.
 
 The RMSNorm inside ``e`` keeps its per-feature scale, like every RMSNorm in the model
 (Megatron's RMSNorm, which the paper's code base uses, has one); it folds into the table.
