@@ -1,5 +1,6 @@
 """Test setup: 8 simulated CPU devices (for the sharding tests), one XLA compilation cache for the whole
 run, every registry filled (:func:`edge_jax.plugins.load`) and a shared tiny config."""
+import importlib
 import os
 import shutil
 import sys
@@ -32,6 +33,9 @@ if has_plugin():
     jax.devices()
 
 plugins.load()  # every registry full before a test module reads one, as the CLI fills them before a command runs
+# The HF families register when the converters first import their package (not a plugin: import and export
+# load it on use); imported here so that the registry guard below sees them before a test does.
+importlib.import_module("edge_jax.interop.families")
 
 
 class RegistrySnapshot:
