@@ -17,6 +17,8 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = [pytest.mark.subprocess, pytest.mark.multihost]
+
 ROOT = Path(__file__).resolve().parents[2]
 JOIN_S = 5
 CRASH = ("Check failure", "Traceback", "terminate called", "*** ")
@@ -124,7 +126,8 @@ def test_a_lost_process_stops_the_survivor_with_one_line(tmp_path, victim):
     lines = own_lines(err)
     assert code == 2, err[-3000:]
     assert lines[-1].startswith(f"edge-jax: error: process {victim} of the job was lost (killed, or its host went "
-                                f"away); stopping process {1 - victim}; the last checkpoint in {workdir} is step "), lines
+                                f"away); stopping process {1 - victim}; the last checkpoint in {workdir} is step "), \
+        lines
     assert lines[-1].endswith(": rerun the same command on every process to resume from it"), lines
     assert took < 10, took
     if victim == 1:   # process 0 holds JAX's coordination service: nothing of JAX's notices first

@@ -1,4 +1,5 @@
-"""Multi-process jobs through `edge-jax launch`: 2 processes x 2 CPU devices against 1 x 4.
+"""Multi-process jobs through `edge-jax launch`: 2 processes x 2 CPU devices against 1 x 4 (the one-process
+runs here: this process on 4 of its 8 simulated CPU devices, as a launched 1 x 4 job would, without its start-up).
 
 Training losses, a resume under another process count, a grid cell's record (zero-shot scores
 included) and who writes which file; and a process killed mid-training ending the job. A streamed
@@ -11,7 +12,10 @@ import sys
 import time
 from pathlib import Path
 
+import jax
 import pytest
+
+pytestmark = [pytest.mark.subprocess, pytest.mark.multihost]
 
 ROOT = Path(__file__).resolve().parents[2]
 AUDITED = str(Path(__file__).with_name("audited.py"))
@@ -54,19 +58,32 @@ def launch(processes: int, devices: int, command: list[str], data_dir: str, time
     return out.stdout
 
 
+def train_here(command: list[str], workdir: Path, data_dir: str) -> dict:
+    """``edge-jax train COMMAND --workdir WORKDIR`` as a job of one process with 4 CPU devices, run in this
+    process (4 of the 8 simulated devices conftest.py sets): its final metrics."""
+    from edge_jax.config import load_config
+    from edge_jax.train.loop import train_and_evaluate
+    spec = command[command.index("--config") + 1]
+    overrides = [a[len("--config."):] for a in command if a.startswith("--config.")]
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("EDGE_JAX_DATA", data_dir)
+        return train_and_evaluate(load_config(spec, overrides), str(workdir), devices=jax.devices()[:4])
+
+
 def train_losses(workdir: Path) -> dict[int, float]:
     rows = [json.loads(line) for line in (workdir / "metrics.jsonl").read_text().splitlines()]
     return {r["step"]: r["loss"] for r in rows if r.get("kind") == "train"}
 
 
+@pytest.mark.timeout(600)  # the module's first job (data prepared, steps compiled): over 120 s when busy
 def test_two_by_two_trains_like_one_by_four_and_resumes_under_one_process(tmp_path, data_dir):
     one, two = tmp_path / "1x4", tmp_path / "2x2"
-    launch(1, 4, ["edge-jax", "train", *TRAIN, "--workdir", str(one), "--config.train.steps=12"], data_dir)
+    train_here([*TRAIN, "--config.train.steps=12"], one, data_dir)
     out = launch(2, 2, ["edge-jax", "train", *TRAIN, "--workdir", str(two), "--config.train.steps=8"], data_dir)
     assert "[0] val_loss=" in out and "[1] val_loss=" in out  # both processes end with the same result line
     assert sorted(os.listdir(two / "checkpoints")) == ["4", "8"]
     # the checkpoint of two processes resumes under one with the same data order and state
-    launch(1, 4, ["edge-jax", "train", *TRAIN, "--workdir", str(two), "--config.train.steps=12"], data_dir)
+    train_here([*TRAIN, "--config.train.steps=12"], two, data_dir)
     expected, got = train_losses(one), train_losses(two)
     assert sorted(got) == sorted(expected) == list(range(1, 13))
     for step in expected:
@@ -76,6 +93,7 @@ def test_two_by_two_trains_like_one_by_four_and_resumes_under_one_process(tmp_pa
     assert final_two["val_loss"] == pytest.approx(final_one["val_loss"], rel=RTOL)
 
 
+@pytest.mark.timeout(600)  # two grid jobs, each preparing data and scoring: over 200 s on a busy 2-core machine
 def test_a_grid_cell_is_written_once_and_equals_the_single_process_record(tmp_path, data_dir):
     ablation = tmp_path / "multihost_grid.py"
     ablation.write_text(GRID)
@@ -155,11 +173,11 @@ def test_a_streamed_corpus_trains_alike_on_two_processes_and_resumes_under_one(t
     name = _corpus(tmp_path / "corpus")
     run = [*TRAIN, f"--config.data.name={name}", "--config.data.workers=1"]
     one, two = tmp_path / "1x4", tmp_path / "2x2"
-    launch(1, 4, ["edge-jax", "train", *run, "--workdir", str(one), "--config.train.steps=8"], data_dir)
+    train_here([*run, "--config.train.steps=8"], one, data_dir)
     launch(2, 2, ["edge-jax", "train", *run, "--workdir", str(two), "--config.train.steps=4"], data_dir)
     state = json.loads((two / "checkpoints" / "4" / "data" / "metadata").read_text())
     assert sorted(state["stream_rows"], key=int) == [str(r) for r in range(8)]  # both processes' rows, saved once
-    launch(1, 4, ["edge-jax", "train", *run, "--workdir", str(two), "--config.train.steps=8"], data_dir)
+    train_here([*run, "--config.train.steps=8"], two, data_dir)
     expected, got = train_losses(one), train_losses(two)
     assert sorted(got) == sorted(expected) == list(range(1, 9))
     for step in expected:
@@ -182,6 +200,7 @@ def test_two_processes_prepare_the_shards_one_process_would(tmp_path, data_dir):
             assert (a / f).read_bytes() == (b / f).read_bytes(), f
 
 
+@pytest.mark.timeout(600)  # two jobs of two processes: over 120 s on a busy 2-core machine
 def test_sigterm_to_one_process_stops_every_process_at_one_saved_step(tmp_path, data_dir):
     """JAX's preemption service: process 1 gets SIGTERM, both save the same step and exit 75; the job resumes."""
     wd = tmp_path / "run"
@@ -204,7 +223,7 @@ def test_sigterm_to_one_process_stops_every_process_at_one_saved_step(tmp_path, 
     assert os.listdir(wd / "checkpoints") == [str(cut)] and max(train_losses(wd)) == cut
     more = [*TRAIN, f"--config.train.steps={cut + 3}", "--config.train.ckpt_every=400", "--config.train.eval_every=400"]
     launch(2, 2, ["edge-jax", "train", *more, "--workdir", str(wd)], data_dir)
-    launch(1, 4, ["edge-jax", "train", *more, "--workdir", str(tmp_path / "whole")], data_dir)
+    train_here(more, tmp_path / "whole", data_dir)
     expected, got = train_losses(tmp_path / "whole"), train_losses(wd)
     assert sorted(got) == sorted(expected) == list(range(1, cut + 4))
     for step in expected:
