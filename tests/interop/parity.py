@@ -5,6 +5,9 @@ Import this module only from a test that already required torch and transformers
 """
 from __future__ import annotations
 
+import functools
+
+import jax
 import numpy as np
 import torch
 
@@ -47,8 +50,14 @@ def hf_logits(model, tokens: np.ndarray) -> np.ndarray:
         return model(torch.from_numpy(tokens)).logits.float().numpy()
 
 
+def our_apply(cfg, params, tokens: np.ndarray, **kwargs):
+    """``DecoderLM(cfg).apply(params, tokens, **kwargs)``, jitted: one compile, where the model run op by op
+    compiles each of its ops (several times slower for these one-off shapes)."""
+    return jax.jit(functools.partial(DecoderLM(cfg).apply, **kwargs))(params, tokens.astype(np.int32))
+
+
 def our_logits(cfg, params, tokens: np.ndarray) -> np.ndarray:
-    return np.asarray(DecoderLM(cfg).apply(params, tokens.astype(np.int32)))
+    return np.asarray(our_apply(cfg, params, tokens))
 
 
 def max_logit_diff(model, tokens: np.ndarray) -> float:

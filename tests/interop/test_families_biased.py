@@ -12,13 +12,13 @@ from parity import (  # noqa: E402
     greedy_tokens,
     imported,
     max_logit_diff,
+    our_apply,
     random_tokens,
     tiny_model,
 )
 
 from edge_jax.interop.convert import model_config_from_hf  # noqa: E402
 from edge_jax.interop.family import Unsupported  # noqa: E402
-from edge_jax.models.decoder import DecoderLM  # noqa: E402
 
 TOL = 1e-4
 V = 300
@@ -115,7 +115,7 @@ def _hf_routing(model, tokens) -> dict:
 def test_same_experts_and_weights_as_transformers(case):
     model, tokens = CASES[case](), random_tokens(V)
     _, _, cfg, params = imported(model)
-    _, inter = DecoderLM(cfg).apply(params, tokens.astype(np.int32), mutable=["intermediates"])
+    _, inter = our_apply(cfg, params, tokens, mutable=["intermediates"])
     theirs = _hf_routing(model, tokens)
     assert sorted(theirs) == list(range(cfg.n_layers))
     kept = []

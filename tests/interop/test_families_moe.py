@@ -12,13 +12,13 @@ from parity import (  # noqa: E402
     greedy_tokens,
     imported,
     max_logit_diff,
+    our_apply,
     random_tokens,
     tiny_model,
 )
 
 from edge_jax.interop.convert import model_config_from_hf  # noqa: E402
 from edge_jax.interop.family import Unsupported  # noqa: E402
-from edge_jax.models.decoder import DecoderLM  # noqa: E402
 
 TOL = 1e-4
 V = 300
@@ -99,7 +99,7 @@ def _hf_topk(model, tokens) -> dict:
 def test_same_experts_as_transformers(case):
     model, tokens = CASES[case](), random_tokens(V)
     _, _, cfg, params = imported(model)
-    _, inter = DecoderLM(cfg).apply(params, tokens.astype(np.int32), mutable=["intermediates"])
+    _, inter = our_apply(cfg, params, tokens, mutable=["intermediates"])
     ours = {i: np.sort(np.asarray(inter["intermediates"][f"layers_{i}"]["moe"]["routing"][0]["ids"]).reshape(
         -1, cfg.moe_top_k), -1) for i in cfg.moe_layer_ids()}
     theirs = _hf_topk(model, tokens)
