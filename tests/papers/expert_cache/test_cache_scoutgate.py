@@ -87,27 +87,28 @@ def _model_and_params(d_hidden=0):
     model = ScoutGate(3, 8, dataclasses.replace(SMALL, d_hidden=d_hidden))
     x = jnp.asarray(np.random.default_rng(0).standard_normal((5, 4, 16)), jnp.float32)
     mask = jnp.asarray(np.array([[0, 0, 1, 1], [1, 1, 1, 1], [0, 0, 0, 1], [0, 1, 1, 1], [1, 1, 1, 1]], bool))
-    return model, model.init(jax.random.PRNGKey(0), x, mask), x, mask
+    # jitted init and apply (``model`` here): one compile each, where running op by op compiles every op
+    return jax.jit(model.apply), jax.jit(model.init)(jax.random.PRNGKey(0), x, mask), x, mask
 
 
 @pytest.mark.parametrize("d_hidden", [0, 24])
 def test_model_shape_and_mask(d_hidden):
-    model, params, x, mask = _model_and_params(d_hidden)
-    out = model.apply(params, x, mask)
+    apply, params, x, mask = _model_and_params(d_hidden)
+    out = apply(params, x, mask)
     assert out.shape == (5, 3, 8) and out.dtype == jnp.float32
     noise = jnp.asarray(np.random.default_rng(1).standard_normal(x.shape), jnp.float32)
     changed = jnp.where(mask[..., None], x, 100.0 * noise)
-    np.testing.assert_array_equal(np.asarray(model.apply(params, changed, mask)), np.asarray(out))
+    np.testing.assert_array_equal(np.asarray(apply(params, changed, mask)), np.asarray(out))
     real = jnp.where(mask[..., None], x + noise, x)
-    assert not np.allclose(np.asarray(model.apply(params, real, mask)), np.asarray(out))
+    assert not np.allclose(np.asarray(apply(params, real, mask)), np.asarray(out))
 
 
 def test_expert_embeddings_are_per_layer():
-    model, params, x, mask = _model_and_params()
-    out = np.asarray(model.apply(params, x, mask))
+    apply, params, x, mask = _model_and_params()
+    out = np.asarray(apply(params, x, mask))
     p = jax.tree_util.tree_map(lambda a: a, params)
     p["params"]["expert_emb"] = params["params"]["expert_emb"].at[1].add(0.5)
-    new = np.asarray(model.apply(p, x, mask))
+    new = np.asarray(apply(p, x, mask))
     np.testing.assert_array_equal(new[:, [0, 2]], out[:, [0, 2]])
     assert not np.allclose(new[:, 1], out[:, 1])
 
