@@ -7,8 +7,8 @@
   Triton on GPU, and run by the Pallas interpreter on a backend the kernel has no lowering for
   (CPU: the tests' way of checking it; slow, never a speed path). Plain causal attention takes
   the library kernel of the backend (:mod:`edge_jax.layers.kernels.flash`);
-- ``auto``: the kernel where the backend compiles it, the XLA path elsewhere, with one warning
-  line per kernel and process saying so.
+- ``auto``: the kernel only on a platform where it was measured faster than the XLA path (:data:`FASTER`),
+  the XLA path elsewhere, with one warning line per kernel and process saying why.
 
 Each of our kernels has two Pallas variants behind one function: a Mosaic TPU one
 (``jax.experimental.pallas.tpu``: scalar prefetch, VMEM scratch accumulators, sequential grid axes)
@@ -48,6 +48,13 @@ TRITON = pltriton is not None
 TRITON_CALL = getattr(pltriton, "CUSTOM_CALL_TARGET_NAME", "__gpu$xla.gpu.triton")
 # platform -> the kernels that lower natively there (the rest run interpreted under ``pallas``)
 NATIVE = {"tpu": OURS | {"flash"}, "gpu": (OURS if TRITON else frozenset()) | {"flash"}}
+# platform -> the kernels ``auto`` runs: those measured faster than the XLA path there. On an H200
+# (docs/kernels.md, "On an NVIDIA H200": `edge-jax bench kernels`, bfloat16, the papers' shapes) the
+# Triton segment_attention ran 1.27x to 4.89x XLA's speed and mla_decode 2.62x to 13.92x, expert_ffn
+# 0.92x to 1.01x: XLA keeps the expert FFN on GPU. No kernel of ours has been timed on a TPU yet, so
+# auto keeps XLA for all three there. ``flash`` is the platform library's own kernel (cuDNN, splash).
+FASTER = {"gpu": (frozenset({"mla_decode", "segment_attention"}) if TRITON else frozenset()) | {"flash"},
+          "tpu": frozenset({"flash"})}
 
 log = logging.getLogger(__name__)
 
@@ -92,9 +99,16 @@ def native(kernel: str) -> bool:
     return kernel in NATIVE.get(platform(), frozenset())
 
 
+def faster(kernel: str) -> bool:
+    """Whether ``kernel`` was measured faster than the XLA path on this platform (:data:`FASTER`)."""
+    return kernel in FASTER.get(platform(), frozenset())
+
+
 @functools.cache
-def _warn_once(kernel: str, where: str) -> None:
-    log.warning("model.kernels=auto: no %s kernel for %s here, using the XLA path", kernel, where)
+def _warn_once(kernel: str, where: str, has_native: bool) -> None:
+    why = "not measured faster than the XLA path there" if has_native else "no native kernel there"
+    log.warning("model.kernels=auto: %s keeps the XLA path on %s (%s); model.kernels=pallas forces the kernel",
+                kernel, where, why)
 
 
 def use_pallas(mode: str, kernel: str) -> bool:
@@ -104,9 +118,9 @@ def use_pallas(mode: str, kernel: str) -> bool:
     if mode == "pallas":
         return True
     if mode == "auto":
-        if not native(kernel):
-            _warn_once(kernel, platform())
-        return native(kernel)
+        if not faster(kernel):
+            _warn_once(kernel, platform(), native(kernel))
+        return faster(kernel)
     raise ConfigError(unknown("model.kernels value", mode, KERNEL_MODES))
 
 
