@@ -50,6 +50,64 @@ def require_extra(*modules: str):
     return needs_extra(*modules)
 
 
+# ---- the platform: CPU here and in CI (8 simulated devices, conftest.py), an NVIDIA GPU on the lent
+# machine (JAX_PLATFORMS=cuda, one device: scripts/gpu_check.sh, docs/kernels.md "Running the GPU checks")
+
+NO_GPU = "needs an NVIDIA GPU (jax.default_backend() is not 'gpu')"
+# a kernel against its reference, relative error; float32 holds on a GPU too once both sides' float32
+# dots are exact (:func:`float32_dots_exact`: measured on an H200, docs/kernels.md)
+KERNEL_TOL = {"float32": 1e-5, "bfloat16": 2e-2}
+
+
+def on_gpu() -> bool:
+    """Whether the tests run on an NVIDIA GPU."""
+    return jax.default_backend() == "gpu"
+
+
+def requires_gpu(test):
+    """Marks ``test`` ``gpu`` (``-m gpu`` selects it) and skips it unless JAX runs on an NVIDIA GPU."""
+    return pytest.mark.gpu(pytest.mark.skipif(not on_gpu(), reason=NO_GPU)(test))
+
+
+def requires_devices(n: int):
+    """The skip mark of a test that builds a mesh of ``n`` devices, on an accelerator with fewer (one GPU).
+    On CPU it runs: conftest.py simulates 8 devices there, and a test short of them fails as it should."""
+    present = jax.device_count()
+    return pytest.mark.skipif(jax.default_backend() != "cpu" and present < n,
+                              reason=f"builds a mesh of {n} devices; {present} present")
+
+
+def kernel_tol(dtype) -> float:
+    """The relative error a kernel may have against its reference in ``dtype`` (:data:`KERNEL_TOL`)."""
+    return KERNEL_TOL[jax.numpy.dtype(dtype).name]
+
+
+def precise_dots():
+    """A context in which float32 dots are exact on a GPU too (``jax.default_matmul_precision("highest")``;
+    by default XLA and Triton run them in TF32 there, which misses 1e-5 by 3e-4 to 7e-4); elsewhere
+    nothing changes (CPU and TPU-interpreted dots are float32 already)."""
+    return jax.default_matmul_precision("highest") if on_gpu() else contextlib.nullcontext()
+
+
+@pytest.fixture(autouse=True)
+def float32_dots_exact():
+    """Every test of a module that imports this fixture runs under :func:`precise_dots`: the kernel
+    tests compare float32 kernels with float32 references at 1e-5."""
+    with precise_dots():
+        yield
+
+
+def triton_blocks_only(*blocks: int | None):
+    """Skip the calling test on a GPU where one of ``blocks`` breaks Triton's rules (a power of two >= 16,
+    ``backend.check_triton_blocks``): a case meant for the Mosaic (TPU) variant, which the GPU takes the
+    Triton variant for. None: that variant's default."""
+    from edge_jax.layers.kernels import backend
+
+    bad = [b for b in blocks if b is not None and backend.triton_dim(b) != b]
+    if on_gpu() and bad:
+        pytest.skip(f"blocks {bad} are for the TPU (Mosaic) variant; on a GPU the Triton variant refuses them")
+
+
 def compile_for_tpu(fn, arg_structs, in_specs, out_specs, topology: str = "v5e:2x2"):
     """AOT-compile ``fn`` (a Pallas TPU kernel call) for a TPU slice with libtpu, under ``shard_map``
     over the slice's devices on one mesh axis ``x`` (``in_specs`` / ``out_specs``: PartitionSpecs
@@ -69,18 +127,20 @@ def compile_for_tpu(fn, arg_structs, in_specs, out_specs, topology: str = "v5e:2
 
 @contextlib.contextmanager
 def emulated(variant: str):
-    """A context in which the kernels take their ``variant`` ("tpu" or "gpu") as on that platform,
-    run by the Pallas interpreter; "tpu" is this CPU's default (nothing changes). JAX's trace caches
-    do not see the kernel target, so they are cleared on entering and leaving a "gpu" block (a
-    function jitted with a static model would otherwise reuse its other trace)."""
+    """A context in which the kernels take their ``variant`` ("tpu" or "gpu") as on that platform. The
+    variant this machine takes anyway changes nothing: "tpu" on CPU (interpreted) and TPU, "gpu" on a GPU
+    (compiled by Triton). The other one runs in the Pallas interpreter (:func:`backend.emulating`): "gpu"
+    on this CPU, "tpu" on a GPU. JAX's trace caches do not see the kernel target, so they are cleared on
+    entering and leaving an emulated block (a function jitted with a static model would otherwise reuse
+    its other trace)."""
     from edge_jax.layers.kernels import backend
 
-    if variant != "gpu":
+    if variant == ("gpu" if on_gpu() else "tpu"):
         yield
         return
     jax.clear_caches()
     try:
-        with backend.emulating("gpu"):
+        with backend.emulating(variant):
             yield
     finally:
         jax.clear_caches()

@@ -1,6 +1,7 @@
 import re
 
 import pytest
+from helpers import requires_devices
 
 from edge_jax.cli import _split_config_overrides
 from edge_jax.config import ConfigError, load_config
@@ -9,7 +10,8 @@ SPEC = "configs/lm.py:size=tiny"
 
 
 def test_overrides_are_typed():
-    c = load_config(SPEC, ["train.steps=7", "train.warmup_steps=2", "train.lr=1e-3", "model.qk_norm=false", "train.schedule=wsd"])
+    c = load_config(SPEC, ["train.steps=7", "train.warmup_steps=2", "train.lr=1e-3", "model.qk_norm=false",
+                           "train.schedule=wsd"])
     assert c.train.steps == 7 and isinstance(c.train.steps, int)
     assert c.train.lr == pytest.approx(1e-3) and c.model.qk_norm is False and c.train.schedule == "wsd"
 
@@ -56,6 +58,7 @@ def test_cli_config_flags():
     assert ov == ["train.steps=5", "model.d_model=32"]
 
 
+@requires_devices(8)
 def test_mesh_conflicts_are_named():
     import jax
 
@@ -71,8 +74,10 @@ def test_mesh_conflicts_are_named():
 def test_get_config_may_not_invent_keys(tmp_path):
     path = tmp_path / "bad.py"
     path.write_text("from edge_jax.config import base_config\n\n"
-                    "def get_config(arg=None):\n    c = base_config()\n    c.model.meki_fusoin = 'add_silu'\n    return c\n")
-    with pytest.raises(ConfigError, match=r"unknown config key 'model\.meki_fusoin'; did you mean 'model\.meki_fusion'"):
+                    "def get_config(arg=None):\n    c = base_config()\n    c.model.meki_fusoin = 'add_silu'\n"
+                    "    return c\n")
+    with pytest.raises(ConfigError,
+                       match=r"unknown config key 'model\.meki_fusoin'; did you mean 'model\.meki_fusion'"):
         load_config(str(path))
 
 

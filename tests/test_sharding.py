@@ -7,6 +7,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from helpers import requires_devices
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
@@ -25,6 +26,7 @@ class Stand:
     device_kind: str = "cpu"
 
 
+@requires_devices(8)
 def test_simulated_cpu_devices_keep_their_order_and_a_smaller_mesh_takes_the_first():
     devices = jax.devices()[:8]
     mesh = make_mesh({"data": 2, "fsdp": -1, "tensor": 2}, devices)
@@ -61,6 +63,7 @@ def test_a_job_of_several_processes_uses_every_device():
         make_mesh({"data": 2, "fsdp": 2, "tensor": 1}, [Stand(i, i // 4) for i in range(8)])
 
 
+@requires_devices(8)
 @pytest.mark.parametrize("width", [8, 6])  # 6 does not split over fsdp=4: the plain take
 @pytest.mark.parametrize("ids_shape", [(8, 6), (8, 6, 3)])
 def test_take_rows_matches_take_with_gradients(width, ids_shape):

@@ -3,11 +3,14 @@ checked against its reference; a timed row (as on an accelerator) prints ratio a
 import jax
 import jax.numpy as jnp
 import pytest
+from helpers import requires_gpu
 
 from edge_jax.bench import kernels as kb
 from edge_jax.cli import main
 
 
+@pytest.mark.skipif(jax.default_backend() != "cpu", reason="the CPU's run (interpreted, checked only); a GPU "
+                    "compiles and times the kernels: the test below")
 def test_bench_kernels_checks_every_registered_kernel_on_cpu(capsys):
     assert main(["bench", "kernels", "--kernel", "mla_decode", "--kernel", "expert_ffn"]) == 0
     out = capsys.readouterr().out
@@ -61,7 +64,7 @@ def test_an_unknown_kernel_is_one_line(capsys):
     assert "unknown --kernel value 'mla_decod'; did you mean 'mla_decode'?" in capsys.readouterr().err
 
 
-@pytest.mark.skipif(jax.default_backend() != "gpu", reason="needs a GPU (the Triton kernels compiled, timed)")
+@requires_gpu
 def test_bench_kernels_on_a_gpu_checks_and_times_every_kernel(capsys):
     assert main(["bench", "kernels", "--repeats", "3"]) == 0
     out = capsys.readouterr().out

@@ -15,7 +15,10 @@ from edge_jax.compile.command import report
 from edge_jax.compile.report import estimate
 from edge_jax.config import ConfigError
 
-needs_plugin = needs_extra("jax_plugins.xla_cuda12")
+
+def needs_plugin(test):
+    """A test of the CUDA plugin's deviceless cards (the ``cuda`` extra), marked ``gpu_compile``."""
+    return pytest.mark.gpu_compile(needs_extra("jax_plugins.xla_cuda12")(test))
 
 
 def test_names():
@@ -79,7 +82,8 @@ def test_scaled_accumulation_follows_the_temporaries(tiny_config):
     # PLM's paper batch, 3662 = 2 x 1831: the accumulation must divide it, not be a power of two
     plm = tiny_config(**{"data.batch_size": 3662})
     assert fit.scaled_accumulation(plm, {"train.grad_accum": 2}, _stats(5020, 5000), target) == 1831
-    assert fit.scaled_accumulation(config, {"train.grad_accum": 64}, fit.OutOfMemory(0.0, 0.0, "no bytes"), target) is None
+    no_bytes = fit.OutOfMemory(0.0, 0.0, "no bytes")
+    assert fit.scaled_accumulation(config, {"train.grad_accum": 64}, no_bytes, target) is None
 
 
 def test_a_kernel_past_the_cards_launch_limit_is_a_step_too_large():

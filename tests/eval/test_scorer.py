@@ -6,6 +6,7 @@ import jax
 import numpy as np
 import pytest
 from conftest import tiny_overrides
+from helpers import requires_devices
 
 from edge_jax.config import load_config
 from edge_jax.data.tokenizers import ByteTokenizer
@@ -122,6 +123,7 @@ def test_scorer_in_bfloat16():
     _compare(run, params, max_length=64, dtype="bfloat16")
 
 
+@requires_devices(8)
 def test_scorer_on_a_mesh_equals_one_device():
     from edge_jax.sharding import make_mesh
     run, params = _model()

@@ -5,6 +5,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from helpers import (
+    float32_dots_exact,  # noqa: F401 (autouse: exact float32 dots on a GPU, where MoE meets its references)
+    requires_devices,
+)
 
 from edge_jax.config import ConfigError, apply_overrides, base_config, validate
 from edge_jax.layers.moe import execute
@@ -219,6 +223,7 @@ def test_uniform_with_a_capacity_needs_no_calibration():
     validate(apply_overrides(calibrated, {"moe.plan": "calibration.json"}))  # the loads come from the plan file
 
 
+@requires_devices(8)
 def test_paper_preset_phimoe_counts_and_step_traces_abstractly():
     """PhiMoE (NPUMoE's main model): 41.9B parameters; one training step lowers on a 4 x 2 mesh."""
     from edge_jax.config import load_config

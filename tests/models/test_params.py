@@ -2,6 +2,7 @@
 import jax
 import jax.numpy as jnp
 import pytest
+from helpers import requires_devices
 from jax.sharding import PartitionSpec as P
 
 from edge_jax.config import load_config
@@ -34,6 +35,7 @@ def test_params_report_prints_the_registered_comparisons_after_the_counts():
     assert len(small.splitlines()) == 6 and "paper" not in small
 
 
+@requires_devices(8)
 def test_paper_step_shards_and_traces_abstractly():
     cfg = load_config("configs/lm.py:size=qwen3_0p6b", {"mesh.data": 1, "mesh.fsdp": 4, "mesh.tensor": 2,
                                                           "data.batch_size": 8, "data.seq_len": 64})
@@ -61,6 +63,7 @@ def test_meki_paper_sizes_match_ram_and_rom(size):
     assert report.count("within 3%") == 2 and "OUTSIDE" not in report
 
 
+@requires_devices(8)
 def test_meki_tables_shard_like_the_embedding():
     """|V| x d_mem tables split rows over tensor and d_mem over fsdp, so no device holds a whole one
     (replicated they were ~8 GiB per device with Adam for Qwen3-0.6B, docs/compile.md)."""
@@ -74,6 +77,7 @@ def test_meki_tables_shard_like_the_embedding():
     assert len(tables) == 2 * 28 and all(tuple(s) == ("tensor", "fsdp") for s in tables)  # Adam mu, nu
 
 
+@requires_devices(8)
 def test_a_dimension_the_mesh_does_not_divide_is_replicated():
     cfg = load_config("configs/meki.py:size=qwen3_0p6b", {"mesh.data": 1, "mesh.fsdp": 8, "mesh.tensor": 1,
                                                            "model.d_mem": 100})
@@ -85,6 +89,7 @@ def test_a_dimension_the_mesh_does_not_divide_is_replicated():
     assert tuple(shardings.params["embed"]["embedding"].spec) == ("tensor", "fsdp")
 
 
+@requires_devices(8)
 def test_divisible_spec():
     mesh = make_mesh({"data": 2, "fsdp": 2, "tensor": 2}, jax.devices()[:8])
     assert divisible_spec(P(("data", "fsdp"), "tensor"), (8, 6), mesh) == P(("data", "fsdp"), "tensor")

@@ -10,6 +10,7 @@ import jax
 import numpy as np
 import pytest
 from conftest import tiny_overrides
+from helpers import requires_devices
 
 from edge_jax.train.loop import TrainingError, train_and_evaluate
 from edge_jax.train.metrics import read_jsonl
@@ -44,6 +45,7 @@ def test_grad_accumulation_matches_full_batch(tiny_config, tmp_path):
     assert b["val_loss"] == pytest.approx(a["val_loss"], rel=1e-4)
 
 
+@requires_devices(8)
 @pytest.mark.parametrize("mesh", [{"mesh.data": 8}, {"mesh.data": 2, "mesh.fsdp": 2, "mesh.tensor": 2}])
 def test_eight_devices_match_one(tiny_config, tmp_path, mesh):
     assert jax.device_count() >= 8, "conftest sets 8 simulated CPU devices"

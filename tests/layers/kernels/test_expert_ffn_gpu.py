@@ -3,14 +3,19 @@ non-dividing shapes and dtypes, and lowered for CUDA with jax.export (small and 
 import jax
 import jax.numpy as jnp
 import pytest
-from helpers import check_expert_rows, expert_group, lower_for_gpu
+from helpers import (
+    check_expert_rows,
+    expert_group,
+    float32_dots_exact,  # noqa: F401 (autouse: exact float32 dots on a GPU)
+    kernel_tol,
+    lower_for_gpu,
+)
 
 from edge_jax.layers.kernels import backend
 from edge_jax.layers.kernels.expert_ffn import expert_ffn_reference
 from edge_jax.layers.kernels.expert_ffn_gpu import block_sizes, expert_ffn_gpu
 
 pytestmark = pytest.mark.skipif(not backend.TRITON, reason="this JAX has no Pallas Triton backend")
-TOL = {"float32": 1e-5, "bfloat16": 2e-2}
 
 
 
@@ -38,7 +43,7 @@ def test_kernel_matches_reference(name):
     args = (*expert_group(G, C, D, F, dtype, seed=len(name)), jnp.asarray(count, jnp.int32))
     got = jax.jit(lambda *a: expert_ffn_gpu(*a, interpret=True, **blocks))(*args)
     assert got.dtype == args[0].dtype and got.shape == (G, C, D)
-    check_expert_rows(got, expert_ffn_reference(*args), count, TOL[dtype])
+    check_expert_rows(got, expert_ffn_reference(*args), count, kernel_tol(dtype))
 
 
 def test_block_sizes_are_powers_of_two_of_at_least_16():
@@ -59,6 +64,7 @@ LOWER = {  # (G, C, D, F, dtype, block sizes)
 }
 
 
+@pytest.mark.gpu_compile
 @pytest.mark.parametrize("name", sorted(LOWER))
 def test_lowers_for_cuda(name):
     G, C, D, F, dtype, blocks = LOWER[name]

@@ -2,7 +2,7 @@
 deviceless card (edge_jax.compile.gpus) runs Triton's passes and ptxas, so a block that does not fit the
 card's shared memory fails here, and with ``xla_gpu_fail_ptx_compilation_on_register_spilling`` so does one
 that spills registers. Each kernel goes through its public entry under ``backend.targeting("gpu")``: the
-GPU variant at the blocks ``model.kernels=auto`` gets (the defaults), at the papers' shapes (the shapes of
+GPU variant at the blocks ``model.kernels=pallas`` gets (the defaults), at the papers' shapes (the shapes of
 the *_gpu lowering tests). Needs the ``cuda`` extra; each compile takes 0.4-2.5 s here (docs/kernels.md)."""
 import functools
 
@@ -18,7 +18,7 @@ from edge_jax.layers.kernels.expert_ffn import expert_ffn
 from edge_jax.layers.kernels.mla_decode import mla_decode
 from edge_jax.layers.kernels.segment_attention import segment_attention
 
-pytestmark = [needs_extra("jax_plugins.xla_cuda12"),
+pytestmark = [pytest.mark.gpu_compile, needs_extra("jax_plugins.xla_cuda12"),
               pytest.mark.skipif(not backend.TRITON, reason="this JAX has no Pallas Triton backend")]
 CARDS = ["h100", "h200"]
 NO_SPILLS = {"xla_gpu_fail_ptx_compilation_on_register_spilling": True}

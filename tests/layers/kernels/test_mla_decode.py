@@ -1,5 +1,6 @@
-"""MLA absorbed decode: the Pallas kernel (interpreted here) and the XLA flash-decoding against the
-masked reference, against ``latent_attention``, in a model's decode, and compiled for TPU."""
+"""MLA absorbed decode: the Pallas kernel (interpreted here; the Triton variant compiled on a GPU) and the
+XLA flash-decoding against the masked reference, against ``latent_attention``, in a model's decode, and
+compiled for TPU."""
 import dataclasses
 import functools
 
@@ -7,7 +8,15 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from helpers import compile_for_tpu, emulated, needs_extra, perturbed
+from helpers import (
+    compile_for_tpu,
+    emulated,
+    float32_dots_exact,  # noqa: F401 (autouse: exact float32 dots on a GPU)
+    kernel_tol,
+    needs_extra,
+    perturbed,
+    triton_blocks_only,
+)
 from jax.sharding import PartitionSpec as P
 
 from edge_jax.infer import decode as D
@@ -15,7 +24,6 @@ from edge_jax.layers.attention.mla import latent_attention, latent_decode
 from edge_jax.layers.kernels.mla_decode import mla_decode, mla_decode_reference, mla_decode_xla
 from edge_jax.models.decoder import DecoderLM, ModelConfig
 
-TOL = {"float32": 1e-5, "bfloat16": 2e-2}
 H, C, R, K = 4, 128, 16, 32
 SCALE = 1 / np.sqrt(K + R)
 
@@ -46,12 +54,13 @@ CASES = [
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
 @pytest.mark.parametrize("S,lengths,block_s,splits,split_s", [c[1:] for c in CASES], ids=[c[0] for c in CASES])
 def test_kernel_and_xla_match_reference(S, lengths, block_s, splits, split_s, dtype):
+    triton_blocks_only(block_s)
     args = _inputs(len(lengths), S, jnp.dtype(dtype)) + [jnp.asarray(lengths, jnp.int32)]
     want = mla_decode_reference(*args, scale=SCALE)
     got = mla_decode(*args, scale=SCALE, block_s=block_s, splits=splits)
     xla = mla_decode_xla(*args, scale=SCALE, split_s=split_s)
     assert got.dtype == xla.dtype == want.dtype == jnp.dtype(dtype)
-    assert _rel(got, want) < TOL[dtype] and _rel(xla, want) < TOL[dtype]
+    assert _rel(got, want) < kernel_tol(dtype) and _rel(xla, want) < kernel_tol(dtype)
 
 
 def test_slots_past_the_last_filled_block_are_not_read():
@@ -67,7 +76,7 @@ def test_slots_past_the_last_filled_block_are_not_read():
         poisoned = [jnp.where(past_BS1, jnp.nan, a) for a in (lat, kr)]
         want = mla_decode_reference(q, qr, *[jnp.where(past_BS1, 0.0, a) for a in (lat, kr)], lengths, scale=SCALE)
         got = run(q, qr, *poisoned, lengths, scale=SCALE)
-        assert np.isfinite(np.asarray(got)).all() and _rel(got, want) < TOL["float32"]
+        assert np.isfinite(np.asarray(got)).all() and _rel(got, want) < kernel_tol("float32")
 
 
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
@@ -83,12 +92,13 @@ def test_latent_decode_matches_latent_attention(kernels, dtype):
     want = latent_attention(qn, qr, lat, kr, wk, wv, mask_B1S)
     got = latent_decode(qn, qr, lat, kr, wk, wv, lengths, kernels)
     assert got.shape == want.shape == (B, 1, H, K)
-    assert _rel(got, want) < TOL[dtype]
+    assert _rel(got, want) < kernel_tol(dtype)
 
 
 def test_block_s_must_tile_the_sublanes():
+    """The TPU variant's rule (on a GPU too, where the step is emulated for a TPU)."""
     args = _inputs(1, 64, jnp.float32) + [jnp.asarray([5], jnp.int32)]
-    with pytest.raises(ValueError, match="multiple of 8"):
+    with emulated("tpu"), pytest.raises(ValueError, match="multiple of 8"):
         mla_decode(*args, scale=SCALE, block_s=12)
 
 
@@ -124,6 +134,7 @@ def test_model_decode_same_logits_with_pallas_and_xla(variant):
     np.testing.assert_allclose(logits["pallas"], full[:, 3:], atol=1e-5, rtol=0)
 
 
+@pytest.mark.tpu_compile
 @needs_extra("libtpu")
 def test_compiles_for_tpu_at_plm_shape():
     """PLM-1.8B's attention (16 heads, d_c 512, d_rope 64), 8K slots, bf16, batch 4 over v5e:2x2."""

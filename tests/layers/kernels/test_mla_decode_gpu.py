@@ -4,7 +4,11 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from helpers import lower_for_gpu
+from helpers import (
+    float32_dots_exact,  # noqa: F401 (autouse: exact float32 dots on a GPU)
+    kernel_tol,
+    lower_for_gpu,
+)
 
 from edge_jax.bench.kernels import rel_error
 from edge_jax.layers.kernels import backend
@@ -12,7 +16,6 @@ from edge_jax.layers.kernels.mla_decode import mla_decode_reference
 from edge_jax.layers.kernels.mla_decode_gpu import mla_decode_gpu
 
 pytestmark = pytest.mark.skipif(not backend.TRITON, reason="this JAX has no Pallas Triton backend")
-TOL = {"float32": 1e-5, "bfloat16": 2e-2}
 # one jitted function for the module: a call with the same shapes and settings reuses its compile
 kernel = jax.jit(mla_decode_gpu, static_argnames=("scale", "block_s", "splits", "interpret"))
 
@@ -48,7 +51,7 @@ def test_kernel_matches_reference(S, lengths, hcr, block_s, splits, dtype):
     want = mla_decode_reference(*args, scale=_scale(C, R))
     got = kernel(*args, scale=_scale(C, R), block_s=block_s, splits=splits, interpret=True)
     assert got.shape == want.shape and got.dtype == want.dtype == jnp.dtype(dtype)
-    assert rel_error(got, want) < TOL[dtype]
+    assert rel_error(got, want) < kernel_tol(dtype)
 
 
 def test_slots_past_the_length_are_not_read():
@@ -63,7 +66,7 @@ def test_slots_past_the_length_are_not_read():
                                 scale=_scale(C, R))
     got = kernel(q, qr, *[jnp.where(past_BS1, jnp.nan, a) for a in (lat, kr)], lengths,
                  scale=_scale(C, R), block_s=16, splits=5, interpret=True)
-    assert np.isfinite(np.asarray(got)).all() and rel_error(got, want) < TOL["float32"]
+    assert np.isfinite(np.asarray(got)).all() and rel_error(got, want) < kernel_tol("float32")
 
 
 def test_block_s_must_be_a_power_of_two():
@@ -72,6 +75,7 @@ def test_block_s_must_be_a_power_of_two():
         mla_decode_gpu(*args, scale=0.1, block_s=24)
 
 
+@pytest.mark.gpu_compile
 @pytest.mark.parametrize("B,S,H,C,R,dtype,splits", [
     (3, 60, 4, 96, 16, jnp.float32, 1),          # small, padded, ragged buffer: one 64-slot block, one run
     (1, 32768, 16, 512, 64, jnp.bfloat16, 132),  # PLM-1.8B's attention over a 32K-slot cache: a run per SM

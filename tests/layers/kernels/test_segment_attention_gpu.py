@@ -6,7 +6,11 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from helpers import lower_for_gpu
+from helpers import (
+    float32_dots_exact,  # noqa: F401 (autouse: exact float32 dots on a GPU)
+    kernel_tol,
+    lower_for_gpu,
+)
 
 from edge_jax.bench.kernels import rel_error
 from edge_jax.layers.kernels import backend
@@ -14,7 +18,6 @@ from edge_jax.layers.kernels.segment_attention import segment_attention_referenc
 from edge_jax.layers.kernels.segment_attention_gpu import segment_attention_gpu
 
 pytestmark = pytest.mark.skipif(not backend.TRITON, reason="this JAX has no Pallas Triton backend")
-TOL = {"float32": 1e-5, "bfloat16": 2e-2}
 
 
 def _inputs(seed, B, N, L, H, G, K, S, dtype):
@@ -51,8 +54,8 @@ def test_gpu_kernel_matches_the_reference(case):
     want = jax.jit(segment_attention_reference)(*args)
     assert got[0].dtype == want[0].dtype == jnp.dtype(dtype) and got[1].dtype == want[1].dtype == jnp.float32
     assert got[0].shape == want[0].shape == (B * N, L, H, K) and got[1].shape == want[1].shape
-    assert rel_error(got[0], want[0]) < TOL[dtype]
-    assert rel_error(got[1], want[1]) < TOL[dtype]
+    assert rel_error(got[0], want[0]) < kernel_tol(dtype)
+    assert rel_error(got[1], want[1]) < kernel_tol(dtype)
 
 
 def test_bad_blocks_and_shapes_are_refused():
@@ -79,6 +82,7 @@ LOWERINGS = [(1, 2, 40, 4, 2, 8, 5, "float32"), (2, 1, 13, 6, 2, 8, 0, "bfloat16
              (1, 4, 2048, 32, 8, 128, 300, "bfloat16"), (4, 1, 200, 32, 8, 128, 300, "bfloat16")]
 
 
+@pytest.mark.gpu_compile
 @pytest.mark.parametrize("case", LOWERINGS, ids=lambda c: "B{}N{}L{}H{}G{}K{}S{}_{}".format(*c))
 def test_gpu_kernel_lowers_for_cuda(case):
     B, N, L, H, G, K, S, dtype = case
