@@ -97,7 +97,8 @@ def test_a_benchmark_report_is_a_text_block(tmp_path):
 def test_a_multiline_block_keeps_its_lines(tmp_path):
     src = _toy_repo(tmp_path)
     text = "<!-- edge-jax docs: mean toy a val_loss -->\nold\n<!-- /edge-jax docs: mean -->\n"
-    assert blocks.fill(text, src)[0] == "<!-- edge-jax docs: mean toy a val_loss -->\n3.133\n<!-- /edge-jax docs: mean -->\n"
+    want = "<!-- edge-jax docs: mean toy a val_loss -->\n3.133\n<!-- /edge-jax docs: mean -->\n"
+    assert blocks.fill(text, src)[0] == want
 
 
 @pytest.mark.parametrize("text,says", [
@@ -120,7 +121,8 @@ def test_errors_are_one_line(tmp_path, text, says):
 
 
 def test_markers_shown_as_code_are_not_blocks():
-    text = ("Write `<!-- edge-jax docs: KIND ... -->` before a number.\n\n```\n<!-- edge-jax docs: mean a b c -->\n```\n"
+    text = ("Write `<!-- edge-jax docs: KIND ... -->` before a number.\n\n"
+            "```\n<!-- edge-jax docs: mean a b c -->\n```\n"
             "and <!-- edge-jax docs: seeds toy -->3<!-- /edge-jax docs --> seeds.\n")
     [block] = blocks.find(text)
     assert block.spec == "seeds toy" and block.body == "3" and block.line == 6

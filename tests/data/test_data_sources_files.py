@@ -56,7 +56,8 @@ def test_parquet_streams_row_groups_and_splits_by_record(tmp_path, monkeypatch):
 def test_jsonl_and_gzip_split_by_file_when_there_are_many(tmp_path):
     files = {f"part{i:03d}.jsonl" + (".gz" if i % 2 else ""): _texts(2, i) for i in range(200)}
     for name, texts in files.items():
-        _jsonl(str(tmp_path / "d" / name), [{"text": t, "n": 1} for t in texts] + [{"text": ""}], gz=name.endswith(".gz"))
+        _jsonl(str(tmp_path / "d" / name), [{"text": t, "n": 1} for t in texts] + [{"text": ""}],
+               gz=name.endswith(".gz"))
     src = resolve(f"jsonl:{tmp_path}/d/*.jsonl*")
     train, val = src.documents("train"), src.documents("validation")
     every = [t for texts in files.values() for t in texts]

@@ -89,4 +89,5 @@ def test_longctx_mc_fits_the_model_and_asks_a_key_of_the_text(source):
 
 def test_builtin_group():
     assert expand("builtin") == ["facts_mc", "code_cloze", "longctx_mc"]
-    assert all(ZERO_SHOT_TASKS.get(n).builtin and ZERO_SHOT_TASKS.get(n).version.startswith("edge_jax") for n in expand("builtin"))
+    tasks = [ZERO_SHOT_TASKS.get(n) for n in expand("builtin")]
+    assert all(t.builtin and t.version.startswith("edge_jax") for t in tasks)

@@ -1,7 +1,7 @@
 """Parity of our zero-shot scorer with lm-evaluation-harness (the installed lm-eval, HF backend).
 
-The same random tiny ``Qwen3ForCausalLM`` (:mod:`edge_jax.eval.tiny_hf`) is scored twice on the ten MeKi tasks: by lm-eval's ``HFLM``
-(through lm-eval's own task YAMLs, re-pointed at local JSONL documents) and by our :class:`Scorer` on
+The same random tiny ``Qwen3ForCausalLM`` (:mod:`edge_jax.eval.tiny_hf`) is scored twice on the ten MeKi tasks: by
+lm-eval's ``HFLM`` (through lm-eval's own task YAMLs, re-pointed at local JSONL documents) and by our :class:`Scorer` on
 the converted parameters. Both read the same tokenizer: a byte-level BPE trained here on a few KB
 of text, so nothing is downloaded. Per task, every request's (context, continuation) strings must be
 equal to lm-eval's ``arguments`` (the prompt formats), every log-likelihood within 1e-4 with the same
@@ -36,7 +36,8 @@ MAX_LENGTH = 512  # no request comes near it: nothing truncates
 SHORT_LENGTH, SHORT_TASK = 24, "arc_easy"  # left truncation
 # lm-eval's YAML for each task, relative to lm_eval/tasks/.
 LM_EVAL_YAML = {
-    "arc_easy": "arc/arc_easy.yaml", "arc_challenge": "arc/arc_challenge.yaml", "boolq": "super_glue/boolq/default.yaml",
+    "arc_easy": "arc/arc_easy.yaml", "arc_challenge": "arc/arc_challenge.yaml",
+    "boolq": "super_glue/boolq/default.yaml",
     "copa": "super_glue/copa/default.yaml", "hellaswag": "hellaswag/hellaswag.yaml",
     "lambada_openai": "lambada/lambada_openai.yaml", "openbookqa": "openbookqa/openbookqa.yaml",
     "piqa": "piqa/piqa.yaml", "sciq": "sciq/sciq.yaml", "winogrande": "winogrande/default.yaml",

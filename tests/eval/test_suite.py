@@ -34,8 +34,8 @@ DOCS = {
 
 def test_formats_build_lm_evals_requests():
     req = {name: ZERO_SHOT_TASKS.get(name).format.requests(doc) for name, doc in DOCS.items()}
-    assert req["arc_easy"] == [("Question: Which is a gas?\nAnswer:", " ice"), ("Question: Which is a gas?\nAnswer:", " steam"),
-                               ("Question: Which is a gas?\nAnswer:", " rock")]
+    question = "Question: Which is a gas?\nAnswer:"
+    assert req["arc_easy"] == [(question, " ice"), (question, " steam"), (question, " rock")]
     assert req["boolq"][1] == ("Cats purr.\nQuestion: do cats purr?\nAnswer:", " yes")
     assert req["copa"][0] == ("The man broke his toe because", "  he dropped a hammer.")  # lm-eval's double space
     assert req["hellaswag"] == [("Baking: A man mixes flour. He then", " bakes bread."),

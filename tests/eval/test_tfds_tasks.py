@@ -192,7 +192,8 @@ def _write_raw(raw):
     for s in ("train", "dev", "test"):
         _jsonl(f"{raw}/OpenBookQA-V1-Sep2018/Data/Additional/{s}_complete.jsonl", [obqa])
     for s in ("train", "dev"):
-        _jsonl(f"{raw}/physicaliqa-train-dev/{s}.jsonl", [{"id": "p0", **{k: PIQA[k] for k in ("goal", "sol1", "sol2")}}])
+        _jsonl(f"{raw}/physicaliqa-train-dev/{s}.jsonl",
+               [{"id": "p0", **{k: PIQA[k] for k in ("goal", "sol1", "sol2")}}])
         _jsonl(f"{raw}/physicaliqa-train-dev/{s}-labels.lst", [PIQA["label"]])
     wino = {k: WINO[k] for k in ("sentence", "option1", "option2", "answer")}
     for s in ("xs", "s", "m", "l", "xl", "dev"):  # train_xl has two records, the smaller ones one

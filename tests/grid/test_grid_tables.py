@@ -161,7 +161,8 @@ def test_write_tables_and_curves(tmp_path):
     pairs = list(csv.DictReader(io.StringIO((tmp_path / "pairs.csv").read_text())))
     assert [(r["better"], r["worse"], r["n"], r["verdict"]) for r in pairs] == [
         ("c", "b", "2", "within noise"), ("c", "a", "2", "within noise"), ("b", "a", "2", "within noise")]
-    assert float(pairs[0]["mean_diff"]) == pytest.approx(0.175) and float(pairs[0]["p"]) == pytest.approx(0.0903, abs=1e-3)
+    assert float(pairs[0]["mean_diff"]) == pytest.approx(0.175)
+    assert float(pairs[0]["p"]) == pytest.approx(0.0903, abs=1e-3)
     path = plots.write_curves(grid, agreeing_records(), tmp_path)
     assert path.read_bytes()[:4] == b"\x89PNG"
     plots.write_curves(grid, [], tmp_path / "empty")      # no records: still a PNG

@@ -38,7 +38,8 @@ def assert_cached_matches_full(cfg, params, full_params=None, host_fn=None, prom
     """Prefill in ``prompt_blocks``, then one token per step: logits equal the full forward's."""
     model, toks = DecoderLM(cfg), tokens()
     full_BTV = np.asarray(jax.jit(model.apply)({"params": full_params or params}, toks))
-    host = (lambda t: None if host_fn is None else host_fn(t))
+    def host(t):
+        return None if host_fn is None else host_fn(t)
     cache, start = init_cache(model, B, S), 0
     for n in prompt_blocks:
         logits_BV, cache = prefill(model, params, cache, toks[:, start:start + n], host(toks[:, start:start + n]))

@@ -83,7 +83,8 @@ def test_stack_unstack_round_trip_is_exact():
         stack_layers(params, 3)
 
 
-@pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.slow) if n == "edgeinfinite" else n for n in MODELS])
+@pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.slow) if n == "edgeinfinite" else n
+                                  for n in MODELS])
 def test_scanned_forward_matches_unrolled(name):
     cfg = _cfg(name)
     tokens = _tokens()

@@ -67,8 +67,10 @@ def test_report_rows_and_goals(result):
 def test_device_peak_columns_and_short_rows():
     """Where the device keeps memory statistics (GPU) the running peak is two extra columns."""
     cfg = LC.model_config(TINY, **SIZES)
-    point = lambda t, b, d: dict(ttft_s=t, peak_bytes=b, device_peak_bytes=d)
-    r = {64: {"compressed": False, "edgeinfinite": point(0.5, 2**20, 3 * 2**20), "fullkv": point(0.25, 2**19, 4 * 2**20)},
+    def point(t, b, d):
+        return dict(ttft_s=t, peak_bytes=b, device_peak_bytes=d)
+    r = {64: {"compressed": False, "edgeinfinite": point(0.5, 2**20, 3 * 2**20),
+              "fullkv": point(0.25, 2**19, 4 * 2**20)},
          128: {"compressed": True, "edgeinfinite": point(1.0, 2**20, 3 * 2**20), "fullkv": None}}
     lines = LC.format_report(cfg, r, CHUNK, 1, 1, "by-method").splitlines()
     assert any("process-wide running peak" in line for line in lines)
@@ -104,7 +106,8 @@ def test_bad_sizes_are_one_line_errors(capsys):
     with pytest.raises(ValueError, match="chunk, repeats and batch must be positive"):
         LC.measure(cfg, (512,), chunk=0)
     for extra, needle in ((["--window", "65"], "use --window <= --segment"), (["--lengths", "2k"], "--lengths"),
-                          (["--kv-heads", "3"], "multiple of --kv-heads"), (["--repeats", "0"], "argument --repeats: needs an integer >= 1"),
+                          (["--kv-heads", "3"], "multiple of --kv-heads"),
+                          (["--repeats", "0"], "argument --repeats: needs an integer >= 1"),
                           (["--preset", "tiny"], "--preset")):
         assert main(["bench", "long-context", *FLAGS, "--lengths", "512", *extra]) == 2
         err = capsys.readouterr().err.strip()

@@ -41,7 +41,8 @@ def test_filled_cache_sets_index_and_sizes():
 
 def test_bad_flags_are_one_line_errors(capsys):
     for extra, needle in ((["--kv-heads", "3"], "multiple of --kv-heads"), (["--contexts", "1k"], "--contexts"),
-                          (["--decode-steps", "0"], "argument --decode-steps: needs an integer >= 1"), (["--preset", "tiny"], "--preset")):
+                          (["--decode-steps", "0"], "argument --decode-steps: needs an integer >= 1"),
+                          (["--preset", "tiny"], "--preset")):
         assert main(["bench", "mla-decode", *TINY, *extra]) == 2
         err = capsys.readouterr().err.strip()
         assert err.startswith("edge-jax: error:") and needle in err and "\n" not in err
