@@ -69,6 +69,15 @@ def registries_left_as_found():
                     pytrace=False)
 
 
+@pytest.fixture(autouse=True)
+def float32_dots_exact():
+    """Every test runs with exact float32 dots on a GPU (helpers.precise_dots; not TF32, which misses the
+    float32 tolerances of the kernel and reference comparisons); elsewhere nothing changes."""
+    from helpers import precise_dots
+    with precise_dots():
+        yield
+
+
 def pytest_unconfigure(config):
     """The process that made the run's compilation cache removes it (xdist's workers found it made)."""
     if OWN_CACHE:

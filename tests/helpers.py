@@ -55,7 +55,8 @@ def require_extra(*modules: str):
 
 NO_GPU = "needs an NVIDIA GPU (jax.default_backend() is not 'gpu')"
 # a kernel against its reference, relative error; float32 holds on a GPU too once both sides' float32
-# dots are exact (:func:`float32_dots_exact`: measured on an H200, docs/kernels.md)
+# dots are exact (:func:`precise_dots`, which conftest.py puts around every test: measured on an H200,
+# docs/kernels.md)
 KERNEL_TOL = {"float32": 1e-5, "bfloat16": 2e-2}
 
 
@@ -87,14 +88,6 @@ def precise_dots():
     by default XLA and Triton run them in TF32 there, which misses 1e-5 by 3e-4 to 7e-4); elsewhere
     nothing changes (CPU and TPU-interpreted dots are float32 already)."""
     return jax.default_matmul_precision("highest") if on_gpu() else contextlib.nullcontext()
-
-
-@pytest.fixture(autouse=True)
-def float32_dots_exact():
-    """Every test of a module that imports this fixture runs under :func:`precise_dots`: the kernel
-    tests compare float32 kernels with float32 references at 1e-5."""
-    with precise_dots():
-        yield
 
 
 def triton_blocks_only(*blocks: int | None):

@@ -11,7 +11,6 @@ from helpers import (
     compile_for_tpu,
     emulated,
     expert_group,
-    float32_dots_exact,  # noqa: F401 (autouse: exact float32 dots on a GPU)
     kernel_tol,
     needs_extra,
     requires_devices,

@@ -6,7 +6,6 @@ import pytest
 from helpers import (
     check_expert_rows,
     expert_group,
-    float32_dots_exact,  # noqa: F401 (autouse: exact float32 dots on a GPU)
     kernel_tol,
     lower_for_gpu,
 )

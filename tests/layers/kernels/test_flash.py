@@ -7,7 +7,6 @@ import numpy as np
 import pytest
 from helpers import (
     compile_for_tpu,
-    float32_dots_exact,  # noqa: F401 (autouse: exact float32 dots on a GPU)
     kernel_tol,
     needs_extra,
     on_gpu,

@@ -7,7 +7,6 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 from helpers import (
-    float32_dots_exact,  # noqa: F401 (autouse: exact float32 dots on a GPU)
     kernel_tol,
     lower_for_gpu,
 )
