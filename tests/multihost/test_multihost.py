@@ -75,7 +75,7 @@ def train_losses(workdir: Path) -> dict[int, float]:
     return {r["step"]: r["loss"] for r in rows if r.get("kind") == "train"}
 
 
-@pytest.mark.timeout(600)  # the module's first job (data prepared, steps compiled): over 120 s when busy
+@pytest.mark.timeout(1200)  # the module's first job (data prepared, steps compiled): over 120 s when busy
 def test_two_by_two_trains_like_one_by_four_and_resumes_under_one_process(tmp_path, data_dir):
     one, two = tmp_path / "1x4", tmp_path / "2x2"
     train_here([*TRAIN, "--config.train.steps=12"], one, data_dir)
@@ -93,7 +93,7 @@ def test_two_by_two_trains_like_one_by_four_and_resumes_under_one_process(tmp_pa
     assert final_two["val_loss"] == pytest.approx(final_one["val_loss"], rel=RTOL)
 
 
-@pytest.mark.timeout(600)  # two grid jobs, each preparing data and scoring: over 200 s on a busy 2-core machine
+@pytest.mark.timeout(1200)  # two grid jobs, each preparing data and scoring: over 200 s on a busy 2-core machine
 def test_a_grid_cell_is_written_once_and_equals_the_single_process_record(tmp_path, data_dir):
     ablation = tmp_path / "multihost_grid.py"
     ablation.write_text(GRID)
@@ -200,7 +200,7 @@ def test_two_processes_prepare_the_shards_one_process_would(tmp_path, data_dir):
             assert (a / f).read_bytes() == (b / f).read_bytes(), f
 
 
-@pytest.mark.timeout(600)  # two jobs of two processes: over 120 s on a busy 2-core machine
+@pytest.mark.timeout(1200)  # two jobs of two processes: over 120 s on a busy 2-core machine
 def test_sigterm_to_one_process_stops_every_process_at_one_saved_step(tmp_path, data_dir):
     """JAX's preemption service: process 1 gets SIGTERM, both save the same step and exit 75; the job resumes."""
     wd = tmp_path / "run"

@@ -1,7 +1,8 @@
 """MLA's absorbed decode step over the latent cache: one query token per row, read only up to its length.
 
-With W_UK folded into the query (q~_h = W_UK,h^T q_h^C, a d_c vector; :func:`edge_jax.layers.attention.mla.latent_attention`)
-one decode step of row b is, over its filled slots j < length_b::
+With W_UK folded into the query (q~_h = W_UK,h^T q_h^C, a d_c vector;
+:func:`edge_jax.layers.attention.mla.latent_attention`) one decode step of row b is, over its filled slots
+j < length_b::
 
     s_hj = (q~_h . c_j + q^R_h . k^R_j) * scale          scale = 1 / sqrt(K + R)
     o~_h = sum_j softmax_j(s_hj) c_j                      [d_c]; W_UV is applied after, outside
