@@ -198,8 +198,9 @@ def test_a_meki_model_exports_its_folded_tables_beside_the_decoder_and_imports_b
     from edge_jax.train.setup import model_config
 
     run = tmp_path / "meki"
-    train_and_evaluate(tiny_config(**{"model.memory": "meki", "model.d_mem": 16, "train.steps": 2, "train.warmup_steps": 1,
-                                      "train.eval_every": 2, "train.eval_batches": 1}), str(run))
+    train_and_evaluate(tiny_config(**{"model.memory": "meki", "model.d_mem": 16, "train.steps": 2,
+                                      "train.warmup_steps": 1, "train.eval_every": 2, "train.eval_batches": 1}),
+                       str(run))
     code, _, err = _run(capsys, "hf", "export", "--workdir", run, "--out", tmp_path / "plain")
     assert code == 2 and "model.memory='meki'" in err and "--memory-tables" in err
     code, out, err = _run(capsys, "hf", "export", "--workdir", run, "--out", tmp_path / "out", "--memory-tables")

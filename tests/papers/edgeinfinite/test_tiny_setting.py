@@ -111,7 +111,8 @@ def test_categories_report_states_the_base_check(tmp_path):
         **{f"longctx/{c}": float(i) for c in CATEGORIES}}} for i, cell in enumerate(grid.cells) for seed in (0, 1)]
     cat_path, len_path = write_categories(grid, records, tmp_path)
     text = cat_path.read_text()
-    assert "training window (its stage's check, full attention): exact match single_needle 95.00, multi_key 85.00" in text
+    assert ("training window (its stage's check, full attention): exact match single_needle 95.00, "
+            "multi_key 85.00") in text
     assert "| 2111 |" in len_path.read_text() and "near" not in text  # records without a near band: as before
 
 
