@@ -1,6 +1,7 @@
 """EdgeInfinite: memory functions against their loop references, exactness on short inputs, Algorithm 1's prefill
 against the parallel segmented forward, decode against prefill, gate-only training."""
 import dataclasses
+import functools
 
 import flax.linen as nn
 import jax
@@ -26,9 +27,33 @@ INFINI = dataclasses.replace(BASE, infini_hidden=8, infini_sink=4, infini_window
                              infini_gate_init=0.5)
 
 
+@functools.cache
+def _jitted(cfg):
+    """``(init, apply)`` of ``DecoderLM(cfg)``, jitted: one compile per shape, where the model run op by op
+    (eagerly) compiles every op again for each new sequence length (minutes on a loaded machine)."""
+    model = DecoderLM(cfg)
+    return jax.jit(model.init), jax.jit(model.apply)
+
+
+def _apply(cfg, params, tokens):
+    return _jitted(cfg)[1]({"params": params}, tokens)
+
+
+_perturbed = jax.jit(perturbed, static_argnums=1)
+
+
 def _params(cfg, seed=0):
     tokens = np.zeros((1, 8), np.int32)
-    return perturbed(nn.unbox(DecoderLM(cfg).init(jax.random.key(seed), tokens)["params"]), seed + 1)
+    params = nn.unbox(_jitted(cfg)[0](jax.random.key(seed), tokens)["params"])
+    return _perturbed(params, seed + 1)
+
+
+def _drawn_params(cfg, seed=0):
+    """Parameters of ``cfg``'s shapes drawn with numpy (nothing compiled): for tests where only the shapes
+    and the identity of the values matter."""
+    shapes = nn.unbox(jax.eval_shape(DecoderLM(cfg).init, jax.random.key(0), np.zeros((1, 8), np.int32))["params"])
+    rng = np.random.default_rng(seed)
+    return jax.tree_util.tree_map(lambda s: jnp.asarray(rng.normal(0, 0.3, s.shape), s.dtype), shapes)
 
 
 def _tokens(T, B=2, seed=1):
@@ -76,11 +101,11 @@ def test_short_input_is_the_base_model_bit_for_bit():
     for layer in range(BASE.n_layers):
         del base_params[f"layers_{layer}"]["attn"]["memory_gate"]
     tokens = _tokens(15)  # sink + window + segment - 1
-    a = DecoderLM(BASE).apply({"params": base_params}, tokens)
-    b = DecoderLM(INFINI).apply({"params": params}, tokens)
+    a = _apply(BASE, base_params, tokens)
+    b = _apply(INFINI, params, tokens)
     np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
-    c = DecoderLM(INFINI).apply({"params": params}, _tokens(16))  # long enough: the memory path
-    d = DecoderLM(BASE).apply({"params": base_params}, _tokens(16))
+    c = _apply(INFINI, params, _tokens(16))  # long enough: the memory path
+    d = _apply(BASE, base_params, _tokens(16))
     assert not np.allclose(np.asarray(c), np.asarray(d))
 
 
@@ -91,7 +116,7 @@ def test_algorithm1_prefill_matches_the_segmented_forward(update):
     session = EdgeInfiniteSession(model, params)
     tokens = _tokens(60)
     for T in (5, 15, 16, 17, 30, 41, 60):
-        want = np.asarray(model.apply({"params": params}, tokens[:, :T]))[:, -1]
+        want = np.asarray(_apply(cfg, params, tokens[:, :T]))[:, -1]
         got = np.asarray(session.prefill(tokens[:, :T]))
         np.testing.assert_allclose(got, want, rtol=1e-5, atol=2e-5)
         assert session.cache_tokens() <= session.capacity
@@ -141,7 +166,7 @@ def test_gate_only_optimizer_moves_only_the_gate():
 def test_merge_params_copies_the_base_and_names_mismatches():
     from edge_jax.config import ConfigError
     from edge_jax.train.init_from import merge_params
-    target, base = _params(INFINI), _params(BASE, seed=5)
+    target, base = _drawn_params(INFINI), _drawn_params(BASE, seed=5)
     gate = ".*memory_gate.*"
     with pytest.raises(ConfigError, match="lacks param layers_0/attn/memory_gate/.*train.trainable='.[*]'"):
         merge_params(target, base, "BASE")  # new params only where the base is frozen around them
@@ -152,13 +177,13 @@ def test_merge_params_copies_the_base_and_names_mismatches():
                                   np.asarray(base["layers_0"]["attn"]["q_proj"]["kernel"]))
     np.testing.assert_array_equal(np.asarray(merged["layers_0"]["attn"]["memory_gate"]["w1"]),
                                   np.asarray(target["layers_0"]["attn"]["memory_gate"]["w1"]))
-    wider = _params(dataclasses.replace(BASE, d_ff=96))
+    wider = _drawn_params(dataclasses.replace(BASE, d_ff=96))
     with pytest.raises(ConfigError, match="ffn/down/kernel has shape"):
         merge_params(target, wider, "BASE", trainable=gate)
     with pytest.raises(ConfigError, match="lacks param"):
-        merge_params(_params(dataclasses.replace(INFINI, n_layers=3)), base, "BASE", trainable=gate)
+        merge_params(_drawn_params(dataclasses.replace(INFINI, n_layers=3)), base, "BASE", trainable=gate)
     with pytest.raises(ConfigError, match="that this model lacks"):
-        merge_params(_params(dataclasses.replace(BASE, n_layers=1)), base, "BASE")
+        merge_params(_drawn_params(dataclasses.replace(BASE, n_layers=1)), base, "BASE")
 
 
 @pytest.mark.parametrize("overrides,message", [
@@ -189,7 +214,7 @@ def test_input_past_the_hard_limit_is_refused():
     config.longctx.max_input = 900  # below the prompts (validation would refuse it up front)
     model = DecoderLM(dataclasses.replace(INFINI, vocab_size=320))
     with pytest.raises(ConfigError, match="exceeds longctx.max_input=900"):
-        evaluate_longctx(model, _params(model.cfg), get_tokenizer("byte", "longctx"), config, log=lambda m: None)
+        evaluate_longctx(model, _drawn_params(model.cfg), get_tokenizer("byte", "longctx"), config, log=lambda m: None)
 
 
 def test_paper_size_gate_step_shards_and_traces_abstractly():
@@ -212,6 +237,7 @@ def test_paper_size_gate_step_shards_and_traces_abstractly():
     assert metrics["loss"].shape == () and new_state.params["layers_0"]["attn"]["memory_gate"]["g"].shape == (32,)
 
 
+@pytest.mark.timeout(600)  # three runs: ~4 min on a loaded 2-core machine
 def test_gate_trains_on_a_frozen_base_end_to_end(tiny_config, tmp_path):
     """Base run -> init_from -> gate-only training over segmented windows -> long-context evaluation;
     then a baseline evaluates the base with train.steps=0."""

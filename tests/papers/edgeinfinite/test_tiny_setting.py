@@ -71,7 +71,7 @@ def test_inwindow_check_and_its_numbers_in_every_cell(tmp_path):
                                                                  "longctx.inwindow_lengths": (380, 400)})
     model = DecoderLM(ModelConfig(vocab_size=320, d_model=32, n_layers=1, n_heads=2, n_kv_heads=1, head_dim=16,
                                   d_ff=32))
-    params = nn.unbox(model.init(jax.random.key(0), np.zeros((1, 8), np.int32))["params"])
+    params = nn.unbox(jax.jit(model.init)(jax.random.key(0), np.zeros((1, 8), np.int32))["params"])  # one compile
     got = evaluate_inwindow(model, params, get_tokenizer("byte", "longctx"), config, log=lambda m: None)
     for cat in ("single_needle", "multi_key"):
         assert 0 <= got[f"inwindow/{cat}"] <= 100 and got[f"inwindow/answer_nll/{cat}"] > 0
