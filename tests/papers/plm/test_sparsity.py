@@ -27,7 +27,7 @@ def _batches(cfg, n=2, B=2, T=16):
 def test_sweep_curve_and_rate(ffn):
     cfg = dataclasses.replace(CFG, ffn=ffn)
     model = DecoderLM(cfg)
-    params = model.init(jax.random.key(0), np.zeros((1, 4), np.int32))["params"]
+    params = jax.jit(model.init)(jax.random.key(0), np.zeros((1, 4), np.int32))["params"]  # one compile
     sweep = sparsity_sweep(model, params, _batches(cfg), ratios=[0, 0.25, 0.5, 0.75, 1.0], max_ppl_increase=0.0,
                            max_rel_increase=0.0)
     # r = 0 masks nothing; r = 1 zeroes every FFN (at random init that may lower perplexity, so only "changed").
@@ -45,7 +45,7 @@ def test_sweep_curve_and_rate(ffn):
 
 def test_relative_limit_is_the_absolute_limit_scaled_by_the_base_perplexity():
     model = DecoderLM(CFG)
-    params = model.init(jax.random.key(1), np.zeros((1, 4), np.int32))["params"]
+    params = jax.jit(model.init)(jax.random.key(1), np.zeros((1, 4), np.int32))["params"]  # one compile
     ratios = [0, 0.2, 0.4, 0.6, 0.8, 1.0]
     probe = sparsity_sweep(model, params, _batches(CFG), ratios=ratios)
     # a limit between two grid points' increases, so both rates are bisection-refined inside one interval
