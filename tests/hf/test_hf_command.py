@@ -190,6 +190,7 @@ def test_workdir_and_export_refusals(qwen3_dir, tmp_path, capsys):
 
 def test_a_meki_model_exports_its_folded_tables_beside_the_decoder_and_imports_back(tiny_config, tmp_path, capsys):
     import flax.linen as nn
+    import jax
 
     from edge_jax.models.decoder import DecoderLM
     from edge_jax.models.inference import inference_form
@@ -213,6 +214,6 @@ def test_a_meki_model_exports_its_folded_tables_beside_the_decoder_and_imports_b
     back_cfg = model_config(back_config)
     assert back_cfg.memory == "meki" and back_cfg.meki_folded
     tokens = np.random.default_rng(0).integers(0, 258, size=(2, 16)).astype(np.int32)
-    want = np.asarray(DecoderLM(folded_cfg).apply({"params": folded}, tokens))
-    got = np.asarray(DecoderLM(back_cfg).apply({"params": back}, tokens))
+    want = np.asarray(jax.jit(DecoderLM(folded_cfg).apply)({"params": folded}, tokens))  # jitted: one compile
+    got = np.asarray(jax.jit(DecoderLM(back_cfg).apply)({"params": back}, tokens))
     np.testing.assert_array_equal(got, want)

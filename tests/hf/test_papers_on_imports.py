@@ -46,7 +46,12 @@ def _flat(tree, prefix=""):
     return out
 
 
-@pytest.mark.parametrize("kind", ["qwen3", "llama"])
+# One family per procedure in the fast tier: the procedures do not branch on the family, and every family's
+# import is compared with transformers in tests/interop; the other families run with -m slow.
+SLOW = pytest.mark.slow
+
+
+@pytest.mark.parametrize("kind", ["qwen3", pytest.param("llama", marks=SLOW)])
 def test_edgeinfinite_gate_trains_on_a_frozen_imported_base(tmp_path, kind):
     from edge_jax.train.init_from import restore_params
     from edge_jax.train.loop import train_and_evaluate
@@ -68,7 +73,7 @@ def test_edgeinfinite_gate_trains_on_a_frozen_imported_base(tmp_path, kind):
     assert any(np.abs(after[k]).max() > 0 for k in gate if k.endswith("/g"))
 
 
-@pytest.mark.parametrize("kind", ["qwen3", "llama"])
+@pytest.mark.parametrize("kind", ["qwen3", pytest.param("llama", marks=SLOW)])
 def test_plm_sparsity_analysis_on_an_imported_swiglu_model(tmp_path, kind, capsys):
     base = _imported(tmp_path, kind)
     out = tmp_path / "sparsity"
@@ -77,7 +82,7 @@ def test_plm_sparsity_analysis_on_an_imported_swiglu_model(tmp_path, kind, capsy
     assert (out / "sparsity.md").exists() and (out / "sparsity.csv").exists()
 
 
-@pytest.mark.parametrize("kind", ["qwen3_moe", "phimoe"])
+@pytest.mark.parametrize("kind", ["qwen3_moe", pytest.param("phimoe", marks=SLOW)])
 def test_npumoe_calibrate_plan_trace_and_cache_replay_on_an_imported_moe(tmp_path, capsys, kind):
     from edge_jax.train.loop import train_and_evaluate
 
