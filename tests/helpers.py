@@ -15,10 +15,23 @@ def perturbed(params, seed: int, scale: float = 0.3):
     """Unboxed params (or ``{"params": ...}`` variables) with every leaf moved off its init, so norm
     scales leave 1 and scalars leave 0/1 and every term of a formula matters in a comparison."""
     params = nn.unbox(params.get("params", params) if isinstance(params, dict) else params)
+    return _perturb(params, seed, scale)
+
+
+@jax.jit
+def _perturb(params, seed, scale):
+    """:func:`perturbed` in one compiled program (op by op it compiled three programs per leaf shape)."""
     leaves, tree = jax.tree_util.tree_flatten(params)
     keys = jax.random.split(jax.random.key(seed), len(leaves))
     return jax.tree_util.tree_unflatten(tree, [x + scale * jax.random.normal(k, x.shape, x.dtype)
                                                for x, k in zip(leaves, keys)])
+
+
+def compile_flags() -> str:
+    """This session's XLA_FLAGS without the device count (tests/conftest.py sets both): what a process a test
+    starts with its own device count should also get, to compile as the test's own process does."""
+    flags = os.environ.get("XLA_FLAGS", "").split()
+    return " ".join(f for f in flags if "xla_force_host_platform_device_count" not in f)
 
 
 def rms_ref(x, scale, eps=1e-6):
@@ -31,6 +44,12 @@ def missing_extra(modules) -> str | None:
     from edge_jax.utils.extras import MissingExtra, installed
     missing = next((m for m in modules if not installed(m)), None)
     return None if missing is None else str(MissingExtra("this test", missing))
+
+
+def slow_except(values, keep):
+    """``values`` as parametrize cases, each not in ``keep`` marked slow: the repetition of a case that
+    the fast tier checks once (say at the marked test why the kept cases suffice)."""
+    return [v if v in keep else pytest.param(v, marks=pytest.mark.slow) for v in values]
 
 
 def needs_extra(*modules: str):

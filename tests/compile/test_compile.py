@@ -188,8 +188,12 @@ def test_grid_compile_table(tmp_path, monkeypatch):
     assert all(f"| {cell} | data=1,fsdp=8,tensor=1 |" in text for cell in ("mla", "gqa", "mha"))
 
 
-@pytest.mark.parametrize("extra", [{}, {"model.remat": "full"}, {"train.grad_accum": 2, "data.batch_size": 16,
-                                                                  "model.remat": "dots", "train.loss_chunk": 8}])
+# the last case has every loop the count adds back (layers, micro-batches, loss chunks) and remat: the fast tier;
+# the layer loop alone, with and without remat=full, with -m slow
+@pytest.mark.parametrize("extra", [pytest.param({}, marks=pytest.mark.slow),
+                                   pytest.param({"model.remat": "full"}, marks=pytest.mark.slow),
+                                   {"train.grad_accum": 2, "data.batch_size": 16, "model.remat": "dots",
+                                    "train.loss_chunk": 8}])
 def test_scanned_and_unrolled_steps_count_the_same_flops(tiny_config, extra):
     """The compiler counts a loop body once; with the scanned layer (and micro-batch, loss-chunk)
     bodies compiled alone and added back, a scanned step counts what the unrolled one does."""

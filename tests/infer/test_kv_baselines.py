@@ -16,7 +16,7 @@ CFG = ModelConfig(vocab_size=64, d_model=32, n_layers=3, n_heads=4, n_kv_heads=2
 @pytest.fixture(scope="module")
 def setup():
     model = DecoderLM(CFG)
-    params = perturbed(model.init(jax.random.key(0), np.zeros((1, 8), np.int32)), 1, scale=0.05)
+    params = perturbed(jax.jit(model.init)(jax.random.key(0), np.zeros((1, 8), np.int32)), 1, scale=0.05)
     tokens = np.asarray(jax.random.randint(jax.random.key(1), (2, 50), 0, 64))
     return model, params, tokens, np.asarray(model.apply({"params": params}, tokens))
 
@@ -43,7 +43,7 @@ def test_mla_latent_cache_in_the_baselines(name, absorb):
     """The baselines run on MLA's latent cache too (one KV group): a roomy budget is FullKV exactly."""
     cfg = dataclasses.replace(MLA, mla_absorb=absorb)
     model = DecoderLM(cfg)
-    params = perturbed(model.init(jax.random.key(0), np.zeros((1, 8), np.int32)), 1, scale=0.05)
+    params = perturbed(jax.jit(model.init)(jax.random.key(0), np.zeros((1, 8), np.int32)), 1, scale=0.05)
     tokens = np.asarray(jax.random.randint(jax.random.key(1), (2, 30), 0, 64))
     full = np.asarray(model.apply({"params": params}, tokens))
     session = {"fullkv": lambda: FullKVSession(model, params, 8, 4),
@@ -87,7 +87,7 @@ def test_answer_nll_and_greedy_answer_match_the_full_forward():
     tok = get_tokenizer("byte", "longctx")
     cfg = ModelConfig(vocab_size=320, d_model=32, n_layers=2, n_heads=4, n_kv_heads=2, head_dim=8, d_ff=64)
     model = DecoderLM(cfg)
-    params = perturbed(model.init(jax.random.key(0), np.zeros((1, 8), np.int32)), 2, scale=0.05)
+    params = perturbed(jax.jit(model.init)(jax.random.key(0), np.zeros((1, 8), np.int32)), 2, scale=0.05)
     prompt, gold = tok.encode("Question: what is it?\nAnswer:"), tok.encode(" 4821")
     got, nll = answer(FullKVSession(model, params, 16, 8), prompt, gold, tok, 5)
     seq = np.asarray([prompt + gold], np.int32)

@@ -39,7 +39,7 @@ def recent_only():
 def _model():
     cfg = ModelConfig(vocab_size=320, d_model=32, n_layers=2, n_heads=4, n_kv_heads=2, head_dim=8, d_ff=64)
     model = DecoderLM(cfg)
-    return model, perturbed(model.init(jax.random.key(0), np.zeros((1, 8), np.int32))["params"], 1, scale=0.05)
+    return model, perturbed(jax.jit(model.init)(jax.random.key(0), np.zeros((1, 8), np.int32))["params"], 1, scale=0.05)
 
 
 def test_the_harness_runs_a_registered_baseline(recent_only):

@@ -99,7 +99,7 @@ def _setup(D=16, d_head=4, B=2, T=11, kernel=3, seed=0):
     tokens = rng.integers(0, 500, (B, T))
     ids = jnp.asarray(ngram_hash_ids(tokens, ORDERS, HEADS, SIZE))
     h = jax.random.normal(jax.random.key(seed), (B, T, D))
-    variables = module.init(jax.random.key(seed + 1), h, ids)
+    variables = jax.jit(module.init)(jax.random.key(seed + 1), h, ids)
     return module, tokens, ids, h, variables
 
 

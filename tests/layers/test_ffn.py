@@ -18,7 +18,7 @@ FORMULAS = {
 @pytest.mark.parametrize("kind", sorted(FORMULAS))
 def test_ffn_matches_formula(kind):
     x = jax.random.normal(jax.random.key(0), (2, 5, 16))
-    params = perturbed(FFN(kind, 24).init(jax.random.key(1), x), 2)
+    params = perturbed(jax.jit(FFN(kind, 24).init)(jax.random.key(1), x), 2)
     got = FFN(kind, 24).apply({"params": params}, x)
     kernels = {k: np.asarray(v["kernel"], np.float64) for k, v in params.items()}
     assert set(kernels) == ({"gate", "up", "down"} if kind == "swiglu" else {"up", "down"})
@@ -45,7 +45,7 @@ def test_mask_smallest_matches_sort_reference(dtype, ratio):
 def test_mask_ratio_is_traceable_and_sows_zero_fraction():
     x = jax.random.normal(jax.random.key(0), (2, 8, 16))
     ffn = FFN("swiglu", 32)
-    params = ffn.init(jax.random.key(1), x)
+    params = jax.jit(ffn.init)(jax.random.key(1), x)
 
     @jax.jit
     def run(r):

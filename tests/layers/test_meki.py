@@ -25,7 +25,7 @@ def _cfg(**kw):
 
 def _random_params(model, seed=0):
     """Init, then perturb every leaf (alpha/beta/norm scales too) so nothing sits at 0 or 1."""
-    return perturbed(model.init(jax.random.key(seed), jnp.zeros((1, 8), jnp.int32)), seed + 1)
+    return perturbed(jax.jit(model.init)(jax.random.key(seed), jnp.zeros((1, 8), jnp.int32)), seed + 1)
 
 
 def _tokens(cfg, seed=2, shape=(2, 12)):
@@ -143,12 +143,12 @@ def _random_params_module(module, *args):
 
 def test_alpha_beta_start_at_one_and_tables_carry_vocab_axis():
     cfg = _cfg()
-    boxed = DecoderLM(cfg).init(jax.random.key(0), jnp.zeros((1, 4), jnp.int32))["params"]
+    boxed = jax.jit(DecoderLM(cfg).init)(jax.random.key(0), jnp.zeros((1, 4), jnp.int32))["params"]
     expert = boxed["layers_0"]["meki"]["expert"]
     assert float(nn.unbox(expert["alpha"])) == 1.0 and float(nn.unbox(expert["beta"])) == 1.0
     assert expert["memory"].names == ("vocab", "mem")
     folded_cfg = fold_meki(nn.unbox(boxed), cfg)[1]
-    fboxed = DecoderLM(folded_cfg).init(jax.random.key(0), jnp.zeros((1, 4), jnp.int32))["params"]
+    fboxed = jax.jit(DecoderLM(folded_cfg).init)(jax.random.key(0), jnp.zeros((1, 4), jnp.int32))["params"]
     assert fboxed["layers_0"]["meki"]["table"].names == ("vocab", "mem")
 
 

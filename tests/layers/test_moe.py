@@ -249,7 +249,7 @@ def test_router_renormalize_and_routing_record():
     x = jax.random.normal(jax.random.key(0), (2, 5, 16))
     for renorm in (False, True):
         layer = MoE(8, 3, 12, renormalize=renorm)
-        params = layer.init(jax.random.key(1), x)
+        params = jax.jit(layer.init)(jax.random.key(1), x)
         _, inter = layer.apply(params, x, mutable=["intermediates"])
         r = inter["intermediates"]["routing"][0]
         total = np.asarray(jnp.sum(r["weights"], -1))

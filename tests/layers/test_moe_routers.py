@@ -104,7 +104,7 @@ def test_moe_layer_routes_with_its_kind_and_adds_the_shared_expert(kind):
     p = RouterParams(jitter_eps=0.05, n_group=4, topk_group=2, routed_scale=1.5)
     x = jax.random.normal(jax.random.key(0), (2, 5, 16))
     layer = MoE(E, 2, 12, router=kind, router_params=p, shared_d_ff=20)
-    params = nn.unbox(layer.init(jax.random.key(1), x))
+    params = nn.unbox(jax.jit(layer.init)(jax.random.key(1), x))
     shared = params["params"]["shared"]
     assert {n: shared[n]["kernel"].shape for n in shared} == {"gate": (16, 20), "up": (16, 20), "down": (20, 16)}
     y, inter = layer.apply(params, x, mutable=["intermediates"])
@@ -150,7 +150,7 @@ def test_defaults_route_as_before():
     x = jax.random.normal(jax.random.key(2), (1, 7, 16))
     for renorm in (False, True):
         layer = MoE(E, 3, 12, renormalize=renorm)
-        params = nn.unbox(layer.init(jax.random.key(3), x))
+        params = nn.unbox(jax.jit(layer.init)(jax.random.key(3), x))
         _, inter = layer.apply(params, x, mutable=["intermediates"])
         r = inter["intermediates"]["routing"][0]
         probs = jax.nn.softmax(x.astype(jnp.float32) @ params["params"]["router"], axis=-1)

@@ -210,7 +210,7 @@ def test_mla_multiplies_its_softmax_scale_under_yarn():
     assert plain.softmax_scale == 1.0 and rope.softmax_scale == pytest.approx((0.1 * 0.5 * np.log(40) + 1) ** 2)
     x, pos = jax.random.normal(jax.random.key(4), (2, 7, 32)), jnp.broadcast_to(10 + jnp.arange(7), (2, 7))
     layer = MLAttention(4, 16, 8, 24, rope=rope)
-    params = nn.unbox(layer.init(jax.random.key(5), x, pos)["params"])
+    params = nn.unbox(jax.jit(layer.init)(jax.random.key(5), x, pos)["params"])
     scaled = {**params, "q_proj": {"kernel": params["q_proj"]["kernel"] * rope.softmax_scale}}
     want = MLAttention(4, 16, 8, 24, rope=plain).apply({"params": scaled}, x, pos)
     np.testing.assert_allclose(np.asarray(layer.apply({"params": params}, x, pos)), np.asarray(want), atol=1e-5)

@@ -11,7 +11,7 @@ from edge_jax.models.generate import answer_nll, exact_match, greedy_generate
 def test_padded_greedy_matches_exact_length_reference():
     cfg = ModelConfig(vocab_size=64, d_model=32, n_layers=2, n_heads=2, n_kv_heads=1, head_dim=16, d_ff=64)
     model = DecoderLM(cfg)
-    params = nn.unbox(model.init(jax.random.key(0), jnp.ones((1, 4), jnp.int32)))["params"]
+    params = nn.unbox(jax.jit(model.init)(jax.random.key(0), jnp.ones((1, 4), jnp.int32)))["params"]
     rng = np.random.default_rng(0)
     prompts = [list(rng.integers(1, 64, n)) for n in (3, 6)]
     got = greedy_generate(model.apply, params, prompts, max_new_tokens=4, pad_id=0)
@@ -48,7 +48,7 @@ def test_answer_nll_matches_a_per_question_reference(tmp_path):
     cfg = ModelConfig(vocab_size=320, d_model=32, n_layers=2, n_heads=2, n_kv_heads=1, head_dim=16, d_ff=64,
                       init_std=0.3)
     model = DecoderLM(cfg)
-    params = nn.unbox(model.init(jax.random.key(1), jnp.ones((1, 4), jnp.int32)))["params"]
+    params = nn.unbox(jax.jit(model.init)(jax.random.key(1), jnp.ones((1, 4), jnp.int32)))["params"]
     qa = [{"prompt": "Q: who? Answer:", "answer": "Kelm"}, {"prompt": "Q: job of Bo? Answer:", "answer": "baker"}]
     got = answer_nll(model.apply, params, tok, qa, batch_size=4)["answer_nll"]
     want = []

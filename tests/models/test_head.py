@@ -54,7 +54,7 @@ def test_the_model_hands_out_its_head(tie):
     cfg = ModelConfig(vocab_size=96, d_model=32, n_layers=2, n_heads=4, n_kv_heads=2, head_dim=8, d_ff=64,
                       tie_embeddings=tie)
     tokens = np.asarray(jax.random.randint(jax.random.key(0), (2, 16), 1, 96), np.int32)
-    params = nn.unbox(DecoderLM(cfg).init(jax.random.key(1), tokens))["params"]
+    params = nn.unbox(jax.jit(DecoderLM(cfg).init)(jax.random.key(1), tokens))["params"]
     assert ("lm_head" in params) is not tie
     if not tie:
         assert params["lm_head"]["kernel"].shape == (32, 96)
@@ -74,7 +74,7 @@ def test_training_with_a_chunked_loss_matches_the_whole_loss(tiny_config):
     vocab, B, T = run.config.model.vocab_size, plain.data.batch_size, plain.data.seq_len
     tokens = np.asarray(jax.random.randint(jax.random.key(2), (3, B, T + 1), 0, vocab), np.int32)
     batches = [{"inputs": x[:, :-1], "targets": x[:, 1:]} for x in tokens]
-    params = nn.unbox(run.model.init(jax.random.key(1), batches[0]["inputs"]))["params"]
+    params = nn.unbox(jax.jit(run.model.init)(jax.random.key(1), batches[0]["inputs"]))["params"]
     out = []
     for config in (plain, chunked):
         state = TrainState.create(apply_fn=run.model.apply, params=params, tx=run.tx)

@@ -75,7 +75,7 @@ CFG = ModelConfig(vocab_size=64, d_model=32, n_layers=2, n_heads=2, n_kv_heads=1
 
 
 def _params(cfg=CFG, seed=0):
-    return nn.unbox(DecoderLM(cfg).init(jax.random.key(seed), **example_inputs(cfg, 1, 8)))["params"]
+    return nn.unbox(jax.jit(DecoderLM(cfg).init)(jax.random.key(seed), **example_inputs(cfg, 1, 8)))["params"]
 
 
 def _tokens(seed=1, shape=(2, 12)):

@@ -37,7 +37,7 @@ def test_rope_preserves_norm_and_relative_positions():
 def test_decoder_is_causal_and_param_axes_named():
     model = DecoderLM(CFG)
     tokens = jax.random.randint(jax.random.key(0), (2, 12), 1, CFG.vocab_size)
-    variables = model.init(jax.random.key(1), tokens)
+    variables = jax.jit(model.init)(jax.random.key(1), tokens)
     boxed = jax.tree_util.tree_leaves(variables, is_leaf=lambda x: hasattr(x, "names"))
     assert all(hasattr(b, "names") and len(b.names) == b.value.ndim for b in boxed)
     import flax.linen as nn
@@ -56,7 +56,7 @@ def test_untied_head_and_bf16_compute():
     cfg = dataclasses.replace(CFG, tie_embeddings=False, dtype="bfloat16")
     model = DecoderLM(cfg)
     tokens = jax.random.randint(jax.random.key(0), (2, 6), 1, CFG.vocab_size)
-    params = nn.unbox(model.init(jax.random.key(1), tokens))
+    params = nn.unbox(jax.jit(model.init)(jax.random.key(1), tokens))
     assert "lm_head" in params["params"]
     assert params["params"]["embed"]["embedding"].dtype == jnp.float32
     logits = model.apply(params, tokens)

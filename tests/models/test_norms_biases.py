@@ -32,7 +32,7 @@ def _randomised(params, seed=5):
 
 
 def _init(cfg, tokens):
-    return _randomised(nn.unbox(DecoderLM(cfg).init(jax.random.key(1), tokens))["params"])
+    return _randomised(nn.unbox(jax.jit(DecoderLM(cfg).init)(jax.random.key(1), tokens))["params"])
 
 
 def test_layernorm_is_torch_layernorm():
@@ -55,7 +55,7 @@ def test_defaults_have_no_biases():
 
 def test_biased_params_have_their_shapes():
     cfg = ModelConfig(**TINY, **BIASED, tie_embeddings=True)
-    p = nn.unbox(DecoderLM(cfg).init(jax.random.key(1), _tokens()))["params"]
+    p = nn.unbox(jax.jit(DecoderLM(cfg).init)(jax.random.key(1), _tokens()))["params"]
     attn = p["layers_0"]["attn"]
     assert attn["q_proj"]["bias"].shape == (4, 8) and attn["k_proj"]["bias"].shape == (2, 8)
     assert attn["v_proj"]["bias"].shape == (2, 8) and attn["o_proj"]["bias"].shape == (32,)
@@ -122,7 +122,7 @@ def test_features_only_hands_out_the_bias_and_every_consumer_applies_it(tie):
 
 def test_the_biases_train_without_weight_decay():
     cfg = ModelConfig(**TINY, **BIASED)
-    params = nn.unbox(DecoderLM(cfg).init(jax.random.key(1), _tokens()))["params"]
+    params = nn.unbox(jax.jit(DecoderLM(cfg).init)(jax.random.key(1), _tokens()))["params"]
     mask = _matrices_only(params)
     assert not mask["layers_0"]["attn"]["q_proj"]["bias"] and mask["layers_0"]["attn"]["q_proj"]["kernel"]
 

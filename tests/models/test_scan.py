@@ -15,6 +15,7 @@ import numpy as np
 import optax
 import pytest
 from conftest import tiny_overrides
+from helpers import slow_except
 
 from edge_jax.config import ConfigError, load_config
 from edge_jax.layers.token_memory.meki import FoldError, fold_meki
@@ -51,7 +52,8 @@ def _tokens(batch=2, seq=16):
 
 
 def _init(cfg: ModelConfig, tokens):
-    return nn.unbox(DecoderLM(cfg).init(jax.random.key(1), tokens, **apply_kwargs(host_inputs(cfg, tokens))))["params"]
+    init = jax.jit(DecoderLM(cfg).init)
+    return nn.unbox(init(jax.random.key(1), tokens, **apply_kwargs(host_inputs(cfg, tokens))))["params"]
 
 
 def _rel(a, b) -> float:
@@ -83,8 +85,9 @@ def test_stack_unstack_round_trip_is_exact():
         stack_layers(params, 3)
 
 
-@pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.slow) if n == "edgeinfinite" else n
-                                  for n in MODELS])
+# one model of each layer structure in the fast tier (dense, MLA, MeKi's host tables, MoE); the variants
+# of a memory that only move or swap its branch, and EdgeInfinite's segments, with -m slow
+@pytest.mark.parametrize("name", slow_except(MODELS, ("dense", "mla", "meki", "moe_everywhere")))
 def test_scanned_forward_matches_unrolled(name):
     cfg = _cfg(name)
     tokens = _tokens()
@@ -107,7 +110,7 @@ def test_scanned_forward_matches_unrolled(name):
 
 
 def test_scanned_params_carry_the_layers_logical_axis():
-    boxed = DecoderLM(_cfg("dense", scan_layers=True)).init(jax.random.key(1), _tokens())["params"]
+    boxed = jax.jit(DecoderLM(_cfg("dense", scan_layers=True)).init)(jax.random.key(1), _tokens())["params"]
     kernel = boxed["layers"]["attn"]["q_proj"]["kernel"]
     assert kernel.names == ("layers", "embed", "heads", "head_dim") and kernel.value.shape[0] == BASE.n_layers
     from edge_jax.sharding import LOGICAL_RULES

@@ -16,6 +16,7 @@ import time
 from pathlib import Path
 
 import pytest
+from helpers import compile_flags
 
 pytestmark = [pytest.mark.subprocess, pytest.mark.multihost]
 
@@ -112,7 +113,7 @@ def test_a_lost_process_stops_the_survivor_with_one_line(tmp_path, victim):
     workdir, port = tmp_path / "run", free_port()
     data = os.environ.get("EDGE_JAX_TEST_DATA") or str(tmp_path / "data")
     procs = start([0, 1], 2, [*TRAIN, "--workdir", str(workdir)], port, EDGE_JAX_JOIN_TIMEOUT_S="60",
-                  EDGE_JAX_DATA=data, XLA_FLAGS="--xla_force_host_platform_device_count=2")
+                  EDGE_JAX_DATA=data, XLA_FLAGS=f"--xla_force_host_platform_device_count=2 {compile_flags()}")
     deadline = time.monotonic() + 400
     while not (workdir / "checkpoints" / "4").is_dir():
         assert time.monotonic() < deadline and all(p.poll() is None for p in procs)

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import jax
 import pytest
+from helpers import compile_flags
 
 pytestmark = [pytest.mark.subprocess, pytest.mark.multihost]
 
@@ -45,7 +46,7 @@ def data_dir(tmp_path_factory):
 def job_env(data_dir: str, **extra) -> dict:
     """This environment without the test session's device settings (the launcher sets them), plus ``extra``."""
     env = {k: v for k, v in os.environ.items() if k not in ("JAX_PLATFORMS", "XLA_FLAGS")}
-    return {**env, "EDGE_JAX_DATA": data_dir, **extra}
+    return {**env, "EDGE_JAX_DATA": data_dir, "XLA_FLAGS": compile_flags(), **extra}
 
 
 def launch(processes: int, devices: int, command: list[str], data_dir: str, timeout: int = 600, **env) -> str:

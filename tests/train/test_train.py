@@ -10,7 +10,7 @@ import jax
 import numpy as np
 import pytest
 from conftest import tiny_overrides
-from helpers import requires_devices
+from helpers import compile_flags, requires_devices
 
 from edge_jax.train.loop import TrainingError, train_and_evaluate
 from edge_jax.train.metrics import read_jsonl
@@ -46,7 +46,9 @@ def test_grad_accumulation_matches_full_batch(tiny_config, tmp_path):
 
 
 @requires_devices(8)
-@pytest.mark.parametrize("mesh", [{"mesh.data": 8}, {"mesh.data": 2, "mesh.fsdp": 2, "mesh.tensor": 2}])
+# data x fsdp x tensor in the fast tier (every axis sharded); data-parallel alone with -m slow
+@pytest.mark.parametrize("mesh", [pytest.param({"mesh.data": 8}, marks=pytest.mark.slow),
+                                  {"mesh.data": 2, "mesh.fsdp": 2, "mesh.tensor": 2}])
 def test_eight_devices_match_one(tiny_config, tmp_path, mesh):
     assert jax.device_count() >= 8, "conftest sets 8 simulated CPU devices"
     one = tiny_config(**{"train.steps": 6})
@@ -76,7 +78,7 @@ def _cli(workdir, steps, data_dir):
     over = tiny_overrides(**{"train.steps": steps, "train.ckpt_every": 10, "train.eval_every": 1000})
     args = [sys.executable, "-m", "edge_jax.cli", "train", "--config", "configs/lm.py:size=tiny",
             "--workdir", workdir] + [f"--config.{k}={v}" for k, v in over.items()]
-    env = dict(os.environ, EDGE_JAX_DATA=data_dir, XLA_FLAGS="")
+    env = dict(os.environ, EDGE_JAX_DATA=data_dir, XLA_FLAGS=compile_flags())
     return args, env
 
 

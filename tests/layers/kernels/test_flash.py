@@ -92,7 +92,7 @@ def test_decoder_logits_with_the_library_kernel():
                                      d_ff=64, dtype=dtype, kernels=kernels))
 
     tokens = jax.random.randint(jax.random.key(6), (2, 128), 0, 64)
-    params = model("xla").init(jax.random.key(7), tokens)
+    params = jax.jit(model("xla").init)(jax.random.key(7), tokens)
     want = model("xla").apply(params, tokens)
     assert _runs_library_kernel(model("pallas").apply, params, tokens)
     assert _rel(model("pallas").apply(params, tokens), want) < kernel_tol(dtype)

@@ -113,7 +113,7 @@ def test_model_decode_same_logits_with_pallas_and_xla(variant):
     ``variant`` gpu: the Triton kernel, wired in as on a GPU, run by the interpreter."""
     B, T = 2, 7
     tokens = jax.random.randint(jax.random.key(1), (B, T), 0, MODEL.vocab_size)
-    params = perturbed(DecoderLM(MODEL).init(jax.random.key(0), tokens), 0)
+    params = perturbed(jax.jit(DecoderLM(MODEL).init)(jax.random.key(0), tokens), 0)
     full = np.asarray(DecoderLM(MODEL).apply({"params": params}, tokens))
     logits = {}
     for kernels in ("xla", "pallas"):

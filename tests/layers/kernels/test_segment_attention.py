@@ -138,7 +138,7 @@ def test_edgeinfinite_model_with_the_kernel_matches_the_xla_path(variant):
     """41 tokens: 4 sink, 4 segments of 8, 5 remaining; logits and the gradient w.r.t. the memory gates.
     ``variant`` gpu: the Triton kernel, wired in as on a GPU, run by the interpreter."""
     tokens = jax.random.randint(jax.random.key(1), (2, 41), 0, EI.vocab_size)
-    params = perturbed(nn.unbox(DecoderLM(EI).init(jax.random.key(0), tokens[:, :8])["params"]), 1)
+    params = perturbed(nn.unbox(jax.jit(DecoderLM(EI).init)(jax.random.key(0), tokens[:, :8])["params"]), 1)
     w = jax.random.normal(jax.random.key(2), (2, 41, EI.vocab_size))
 
     def run(kernels):

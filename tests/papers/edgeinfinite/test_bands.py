@@ -4,7 +4,7 @@ import flax.linen as nn
 import jax
 import numpy as np
 import pytest
-from helpers import perturbed
+from helpers import perturbed, slow_except
 
 from edge_jax.config import ConfigError, load_config
 from edge_jax.data import get_tokenizer
@@ -59,7 +59,9 @@ def test_bad_near_lengths_are_one_line_errors(near, message):
 
 
 @pytest.mark.parametrize("far", ["4x", pytest.param("all", marks=pytest.mark.slow)])  # all: FullKV, SnapKV ~2 min
-@pytest.mark.parametrize("method", KV_METHODS.names())
+# the paper's method and one cache policy in the fast tier; every policy's cache is checked against the
+# full forward in tests/infer/test_kv_baselines.py (-m slow runs them all here too)
+@pytest.mark.parametrize("method", slow_except(KV_METHODS.names(), ("edgeinfinite", "streamingllm")))
 def test_every_kv_method_runs_at_the_tiny_lengths(method, far):
     """Table 1's cell of each method (its config as the grid loads it), one passkey prompt per length of
     the near band and of the paper's band (its 4x pair; every length with -m slow) on a small random model
