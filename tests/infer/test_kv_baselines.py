@@ -18,7 +18,7 @@ def setup():
     model = DecoderLM(CFG)
     params = perturbed(jax.jit(model.init)(jax.random.key(0), np.zeros((1, 8), np.int32)), 1, scale=0.05)
     tokens = np.asarray(jax.random.randint(jax.random.key(1), (2, 50), 0, 64))
-    return model, params, tokens, np.asarray(model.apply({"params": params}, tokens))
+    return model, params, tokens, np.asarray(jax.jit(model.apply)({"params": params}, tokens))
 
 
 @pytest.mark.parametrize("name", ["fullkv", "snapkv", "pyramidkv", "streamingllm"])
@@ -45,7 +45,7 @@ def test_mla_latent_cache_in_the_baselines(name, absorb):
     model = DecoderLM(cfg)
     params = perturbed(jax.jit(model.init)(jax.random.key(0), np.zeros((1, 8), np.int32)), 1, scale=0.05)
     tokens = np.asarray(jax.random.randint(jax.random.key(1), (2, 30), 0, 64))
-    full = np.asarray(model.apply({"params": params}, tokens))
+    full = np.asarray(jax.jit(model.apply)({"params": params}, tokens))
     session = {"fullkv": lambda: FullKVSession(model, params, 8, 4),
                "snapkv": lambda: SnapKVSession(model, params, 8, 4, 40, 4, 3),
                "streamingllm": lambda: StreamingSession(model, params, 40, 4, 4)}[name]()
@@ -91,12 +91,13 @@ def test_answer_nll_and_greedy_answer_match_the_full_forward():
     prompt, gold = tok.encode("Question: what is it?\nAnswer:"), tok.encode(" 4821")
     got, nll = answer(FullKVSession(model, params, 16, 8), prompt, gold, tok, 5)
     seq = np.asarray([prompt + gold], np.int32)
-    logp = np.asarray(jax.nn.log_softmax(model.apply({"params": params}, seq)[0], axis=-1))
+    logp = np.asarray(jax.nn.log_softmax(jax.jit(model.apply)({"params": params}, seq)[0], axis=-1))
     want = -np.mean([logp[len(prompt) - 1 + i, t] for i, t in enumerate(gold)])
     assert abs(nll - want) < 1e-4
     greedy, ids = list(prompt), []
     for _ in range(5):  # the same greedy continuation, recomputed from scratch each step
-        nxt = int(np.argmax(np.asarray(model.apply({"params": params}, np.asarray([greedy], np.int32)))[0, -1]))
+        logits = jax.jit(model.apply)({"params": params}, np.asarray([greedy], np.int32))
+        nxt = int(np.argmax(np.asarray(logits)[0, -1]))
         if nxt == tok.eos_id:
             break
         greedy.append(nxt)

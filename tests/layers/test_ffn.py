@@ -19,7 +19,7 @@ FORMULAS = {
 def test_ffn_matches_formula(kind):
     x = jax.random.normal(jax.random.key(0), (2, 5, 16))
     params = perturbed(jax.jit(FFN(kind, 24).init)(jax.random.key(1), x), 2)
-    got = FFN(kind, 24).apply({"params": params}, x)
+    got = jax.jit(FFN(kind, 24).apply)({"params": params}, x)
     kernels = {k: np.asarray(v["kernel"], np.float64) for k, v in params.items()}
     assert set(kernels) == ({"gate", "up", "down"} if kind == "swiglu" else {"up", "down"})
     np.testing.assert_allclose(np.asarray(got), FORMULAS[kind](kernels, np.asarray(x, np.float64)),

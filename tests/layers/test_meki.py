@@ -70,8 +70,8 @@ def _fold_case(memories, projection, fusion, position):
         before = jax.tree_util.tree_map(np.array, params)
         folded, folded_cfg = fold_meki(params, cfg)
         tokens = _tokens(cfg)
-        train_logits = DecoderLM(cfg).apply({"params": params}, tokens)
-        fold_logits = DecoderLM(folded_cfg).apply({"params": folded}, tokens)
+        train_logits = jax.jit(DecoderLM(cfg).apply)({"params": params}, tokens)
+        fold_logits = jax.jit(DecoderLM(folded_cfg).apply)({"params": folded}, tokens)
     np.testing.assert_allclose(fold_logits, train_logits, atol=1e-5, rtol=0)
     assert float(jnp.std(train_logits)) > 0.1  # the comparison is not between constants
     # pure: the input tree is untouched and keeps its training-form structure
@@ -175,8 +175,9 @@ def test_a_new_fusion_is_one_function_and_one_registration():
         params = _random_params(DecoderLM(cfg))
         tokens = _tokens(cfg)
         folded, fcfg = fold_meki(params, cfg)
-        want = DecoderLM(cfg).apply({"params": params}, tokens)
-        np.testing.assert_allclose(DecoderLM(fcfg).apply({"params": folded}, tokens), want, rtol=2e-5, atol=2e-5)
+        want = jax.jit(DecoderLM(cfg).apply)({"params": params}, tokens)
+        got = jax.jit(DecoderLM(fcfg).apply)({"params": folded}, tokens)
+        np.testing.assert_allclose(got, want, rtol=2e-5, atol=2e-5)
         assert not np.allclose(DecoderLM(_cfg(meki_fusion="add_sigmoid")).apply({"params": params}, tokens), want)
     with pytest.raises(ConfigError, match="unknown model.meki_fusion value 'test_add_tanh'"):  # for this test only
         load_config("configs/meki.py", {"model.meki_fusion": "test_add_tanh"})

@@ -33,7 +33,7 @@ def _setup(cfg, B=2, T=11, seed=0):
 def test_decode_matches_full_sequence_at_every_position(absorb, q_lora_rank):
     cfg = dataclasses.replace(CFG, q_lora_rank=q_lora_rank)
     tokens, params = _setup(cfg)
-    full = DecoderLM(cfg).apply({"params": params}, tokens)
+    full = jax.jit(DecoderLM(cfg).apply)({"params": params}, tokens)
     model = DecoderLM(dataclasses.replace(cfg, mla_absorb=absorb))
     cache = D.init_cache(model, tokens.shape[0], tokens.shape[1])
     logits, cache = D.prefill(model, params, cache, tokens[:, :1])
@@ -48,7 +48,7 @@ def test_decode_matches_full_sequence_at_every_position(absorb, q_lora_rank):
 
 def test_prefill_block_then_decode_matches():
     tokens, params = _setup(CFG)
-    full = np.asarray(DecoderLM(CFG).apply({"params": params}, tokens))
+    full = np.asarray(jax.jit(DecoderLM(CFG).apply)({"params": params}, tokens))
     model = DecoderLM(dataclasses.replace(CFG, mla_absorb=True))
     cache = D.init_cache(model, 2, 16)
     logits, cache = D.prefill(model, params, cache, tokens[:, :6])

@@ -70,10 +70,10 @@ def test_each_setting_changes_the_logits(key):
     cfg = ModelConfig(**TINY, **BIASED, tie_embeddings=False)
     tokens = _tokens()
     params = _init(cfg, tokens)
-    want = DecoderLM(cfg).apply({"params": params}, tokens)
+    want = jax.jit(DecoderLM(cfg).apply)({"params": params}, tokens)
     zeroed = jax.tree_util.tree_map_with_path(
         lambda path, x: jnp.zeros_like(x) if _belongs(jax.tree_util.keystr(path), key) else x, params)
-    assert float(jnp.max(jnp.abs(DecoderLM(cfg).apply({"params": zeroed}, tokens) - want))) > 1e-3
+    assert float(jnp.max(jnp.abs(jax.jit(DecoderLM(cfg).apply)({"params": zeroed}, tokens) - want))) > 1e-3
 
 
 def _belongs(path: str, key: str) -> bool:
@@ -91,7 +91,8 @@ def test_the_lm_head_bias_is_added_to_the_logits():
     tokens = _tokens()
     params = _init(cfg, tokens)
     no_bias = {**params, "lm_head": {"bias": jnp.zeros(96)}}
-    got = DecoderLM(cfg).apply({"params": params}, tokens) - DecoderLM(cfg).apply({"params": no_bias}, tokens)
+    apply = jax.jit(DecoderLM(cfg).apply)
+    got = apply({"params": params}, tokens) - apply({"params": no_bias}, tokens)
     np.testing.assert_allclose(got, np.broadcast_to(params["lm_head"]["bias"], got.shape), atol=1e-5)
 
 
@@ -101,7 +102,7 @@ def test_features_only_hands_out_the_bias_and_every_consumer_applies_it(tie):
     tokens = _tokens()
     params = _init(cfg, tokens)
     model = DecoderLM(cfg)
-    logits = model.apply({"params": params}, tokens)
+    logits = jax.jit(model.apply)({"params": params}, tokens)
     out, hidden = model.apply({"params": params}, tokens, features_only=True, return_hidden=True)
     assert len(out) == 3
     h, w, b = split_features(out)

@@ -114,7 +114,7 @@ def test_model_decode_same_logits_with_pallas_and_xla(variant):
     B, T = 2, 7
     tokens = jax.random.randint(jax.random.key(1), (B, T), 0, MODEL.vocab_size)
     params = perturbed(jax.jit(DecoderLM(MODEL).init)(jax.random.key(0), tokens), 0)
-    full = np.asarray(DecoderLM(MODEL).apply({"params": params}, tokens))
+    full = np.asarray(jax.jit(DecoderLM(MODEL).apply)({"params": params}, tokens))
     logits = {}
     for kernels in ("xla", "pallas"):
         model = DecoderLM(dataclasses.replace(MODEL, kernels=kernels))

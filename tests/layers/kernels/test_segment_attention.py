@@ -147,7 +147,7 @@ def test_edgeinfinite_model_with_the_kernel_matches_the_xla_path(variant):
         def loss(gates):
             p = {**params, **{k: {**params[k], "attn": {**params[k]["attn"], "memory_gate": g}}
                               for k, g in gates.items()}}
-            logits = model.apply({"params": p}, tokens)
+            logits = jax.jit(model.apply)({"params": p}, tokens)
             return jnp.sum(logits * w), logits
 
         gates = {k: params[k]["attn"]["memory_gate"] for k in params if k.startswith("layers_")}
