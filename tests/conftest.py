@@ -7,13 +7,15 @@ import sys
 import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # `from helpers import ...` from any subfolder
-# Compiled to be checked, not timed: XLA's backend at -O0 without LLVM's expensive passes takes 20-35% less time
-# to compile the tiny programs the tests build, and compiling is most of the suite's time (docs/testing.md).
-# Every process a test starts gets the same flags (helpers.compile_flags), so results compared across
-# processes are compiled alike. A run given XLA_FLAGS keeps them.
-os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=8 --xla_backend_optimization_level=0 "
-                                   "--xla_llvm_disable_expensive_passes=true")
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
+# Compiled to be checked, not timed: on the CPU, XLA's backend at -O0 without LLVM's expensive passes takes 20-35%
+# less time to compile the tiny programs the tests build, and compiling is most of the suite's time
+# (docs/testing.md); a GPU run (JAX_PLATFORMS=cuda) compiles as users do. Every process a test starts gets the
+# same flags (helpers.compile_flags), so results compared across processes are compiled alike. A run given
+# XLA_FLAGS keeps them.
+FAST_COMPILE = " --xla_backend_optimization_level=0 --xla_llvm_disable_expensive_passes=true"
+os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=8"
+                      + (FAST_COMPILE if os.environ["JAX_PLATFORMS"] == "cpu" else ""))
 os.environ.setdefault("ALLOW_MULTIPLE_LIBTPU_LOAD", "1")  # TPU compiles in several processes at once
 # One persistent compilation cache per test run, made by the first process (pytest, or xdist's controller)
 # and inherited by the xdist workers and every process a test spawns: a program compiled once (the tiny
