@@ -8,7 +8,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from helpers import perturbed
+from helpers import perturbed, random_decoder_params
 
 from edge_jax.layers.infini.compressive import (
     feature_map,
@@ -39,21 +39,10 @@ def _apply(cfg, params, tokens):
     return _jitted(cfg)[1]({"params": params}, tokens)
 
 
-_perturbed = jax.jit(perturbed, static_argnums=1)
-
-
 def _params(cfg, seed=0):
     tokens = np.zeros((1, 8), np.int32)
     params = nn.unbox(_jitted(cfg)[0](jax.random.key(seed), tokens)["params"])
-    return _perturbed(params, seed + 1)
-
-
-def _drawn_params(cfg, seed=0):
-    """Parameters of ``cfg``'s shapes drawn with numpy (nothing compiled): for tests where only the shapes
-    and the identity of the values matter."""
-    shapes = nn.unbox(jax.eval_shape(DecoderLM(cfg).init, jax.random.key(0), np.zeros((1, 8), np.int32))["params"])
-    rng = np.random.default_rng(seed)
-    return jax.tree_util.tree_map(lambda s: jnp.asarray(rng.normal(0, 0.3, s.shape), s.dtype), shapes)
+    return perturbed(params, seed + 1)
 
 
 def _tokens(T, B=2, seed=1):
@@ -166,7 +155,7 @@ def test_gate_only_optimizer_moves_only_the_gate():
 def test_merge_params_copies_the_base_and_names_mismatches():
     from edge_jax.config import ConfigError
     from edge_jax.train.init_from import merge_params
-    target, base = _drawn_params(INFINI), _drawn_params(BASE, seed=5)
+    target, base = random_decoder_params(INFINI), random_decoder_params(BASE, seed=5)
     gate = ".*memory_gate.*"
     with pytest.raises(ConfigError, match="lacks param layers_0/attn/memory_gate/.*train.trainable='.[*]'"):
         merge_params(target, base, "BASE")  # new params only where the base is frozen around them
@@ -177,13 +166,13 @@ def test_merge_params_copies_the_base_and_names_mismatches():
                                   np.asarray(base["layers_0"]["attn"]["q_proj"]["kernel"]))
     np.testing.assert_array_equal(np.asarray(merged["layers_0"]["attn"]["memory_gate"]["w1"]),
                                   np.asarray(target["layers_0"]["attn"]["memory_gate"]["w1"]))
-    wider = _drawn_params(dataclasses.replace(BASE, d_ff=96))
+    wider = random_decoder_params(dataclasses.replace(BASE, d_ff=96))
     with pytest.raises(ConfigError, match="ffn/down/kernel has shape"):
         merge_params(target, wider, "BASE", trainable=gate)
     with pytest.raises(ConfigError, match="lacks param"):
-        merge_params(_drawn_params(dataclasses.replace(INFINI, n_layers=3)), base, "BASE", trainable=gate)
+        merge_params(random_decoder_params(dataclasses.replace(INFINI, n_layers=3)), base, "BASE", trainable=gate)
     with pytest.raises(ConfigError, match="that this model lacks"):
-        merge_params(_drawn_params(dataclasses.replace(BASE, n_layers=1)), base, "BASE")
+        merge_params(random_decoder_params(dataclasses.replace(BASE, n_layers=1)), base, "BASE")
 
 
 @pytest.mark.parametrize("overrides,message", [
@@ -214,7 +203,8 @@ def test_input_past_the_hard_limit_is_refused():
     config.longctx.max_input = 900  # below the prompts (validation would refuse it up front)
     model = DecoderLM(dataclasses.replace(INFINI, vocab_size=320))
     with pytest.raises(ConfigError, match="exceeds longctx.max_input=900"):
-        evaluate_longctx(model, _drawn_params(model.cfg), get_tokenizer("byte", "longctx"), config, log=lambda m: None)
+        evaluate_longctx(model, random_decoder_params(model.cfg), get_tokenizer("byte", "longctx"), config,
+                         log=lambda m: None)
 
 
 def test_paper_size_gate_step_shards_and_traces_abstractly():
