@@ -9,11 +9,13 @@ import tempfile
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # `from helpers import ...` from any subfolder
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 # Compiled to be checked, not timed: on the CPU, XLA's backend at -O0 without LLVM's expensive passes takes 20-35%
-# less time to compile the tiny programs the tests build, and compiling is most of the suite's time
-# (docs/testing.md); a GPU run (JAX_PLATFORMS=cuda) compiles as users do. Every process a test starts gets the
+# less time to compile the tiny programs the tests build, and the elemental emitters in place of the MLIR fusion
+# emitters take a further ~35% off (most of all for the single ops run eagerly); compiling is most of the suite's
+# time (docs/testing.md). A GPU run (JAX_PLATFORMS=cuda) compiles as users do. Every process a test starts gets the
 # same flags (helpers.compile_flags), so results compared across processes are compiled alike. A run given
 # XLA_FLAGS keeps them.
-FAST_COMPILE = " --xla_backend_optimization_level=0 --xla_llvm_disable_expensive_passes=true"
+FAST_COMPILE = (" --xla_backend_optimization_level=0 --xla_llvm_disable_expensive_passes=true"
+                " --xla_cpu_use_fusion_emitters=false")
 os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=8"
                       + (FAST_COMPILE if os.environ["JAX_PLATFORMS"] == "cpu" else ""))
 os.environ.setdefault("ALLOW_MULTIPLE_LIBTPU_LOAD", "1")  # TPU compiles in several processes at once
