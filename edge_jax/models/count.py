@@ -28,12 +28,15 @@ def abstract_params(model: nn.Module, seq_len: int = 8):
 ROM_AXES = {("vocab", "mem"), ("ngram", "mem")}
 
 
-def param_sizes(model_cfg: ModelConfig) -> list[tuple[str, int, tuple]]:
-    """(path, size, logical axis names) of every parameter of the model."""
+@functools.lru_cache(maxsize=64)
+def param_sizes(model_cfg: ModelConfig) -> tuple[tuple[str, int, tuple], ...]:
+    """(path, size, logical axis names) of every parameter of the model. Traced once per config in a
+    process: a paper-size model takes seconds to trace, and a report counts the training and inference
+    forms (the same config for most memory kinds) and then prints comparisons that count again."""
     boxed = abstract_params(DecoderLM(model_cfg))["params"]
     flat = jax.tree_util.tree_flatten_with_path(boxed, is_leaf=lambda x: isinstance(x, nn.Partitioned))[0]
-    return [(jax.tree_util.keystr(path), int(np.prod(nn.unbox(leaf).shape)), tuple(getattr(leaf, "names", ())))
-            for path, leaf in flat]
+    return tuple((jax.tree_util.keystr(path), int(np.prod(nn.unbox(leaf).shape)), tuple(getattr(leaf, "names", ())))
+                 for path, leaf in flat)
 
 
 def param_breakdown(model_cfg: ModelConfig) -> dict:
@@ -53,10 +56,9 @@ def param_breakdown(model_cfg: ModelConfig) -> dict:
     return out
 
 
-@functools.lru_cache(maxsize=None)
 def _non_embedding(model_cfg: ModelConfig) -> int:
-    """``param_breakdown(model_cfg)["non_embedding"]`` from the training form alone, traced once per config
-    in a process (ablation files call :func:`matched_d_ff` with the same reference model for every twin)."""
+    """``param_breakdown(model_cfg)["non_embedding"]`` from the training form alone (ablation files call
+    :func:`matched_d_ff` with the same reference model for every twin: :func:`param_sizes` traces it once)."""
     return sum(n for path, n, _ in param_sizes(model_cfg) if not path.startswith(("['embed']", "['lm_head']")))
 
 
