@@ -100,7 +100,7 @@ def test_npumoe_calibrate_plan_trace_and_cache_replay_on_an_imported_moe(tmp_pat
     assert main(["moe", "trace", "--workdir", base, "--batches", "1", "--out", str(tmp_path / "trace")]) == 0
     trace = next(p for p in (tmp_path / "trace").iterdir() if p.suffix == ".npz")
     assert main(["cache", "run", "--config", "configs/cache.py:trace=real", "--workdir", str(tmp_path / "cache"),
-                 f"--config.trace.path={trace}"]) == 0
+                 f"--config.trace.path={trace}", "--config.scoutgate.steps=20", "--config.scoutgate.batch=64"]) == 0
     metrics = json.loads((tmp_path / "cache" / "final_metrics.json").read_text())
     assert metrics and all(np.isfinite(v) for v in metrics.values() if isinstance(v, float))
 

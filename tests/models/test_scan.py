@@ -138,7 +138,7 @@ def _loss_and_grads(cfg, params, tokens):
     def loss(p):
         logits = DecoderLM(cfg).apply({"params": p}, tokens[:, :-1])
         return jnp.mean(optax.softmax_cross_entropy_with_integer_labels(logits, tokens[:, 1:]))
-    return jax.value_and_grad(loss)(params)
+    return jax.jit(jax.value_and_grad(loss))(params)
 
 
 @pytest.mark.parametrize("dtype,scan", [("float32", False), pytest.param("bfloat16", True, marks=pytest.mark.slow)])
