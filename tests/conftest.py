@@ -19,6 +19,10 @@ FAST_COMPILE = (" --xla_backend_optimization_level=0 --xla_llvm_disable_expensiv
 os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=8"
                       + (FAST_COMPILE if os.environ["JAX_PLATFORMS"] == "cpu" else ""))
 os.environ.setdefault("ALLOW_MULTIPLE_LIBTPU_LOAD", "1")  # TPU compiles in several processes at once
+# gcsfs probes every bucket over gRPC for its type (zonal, hierarchical) before it reads; the local GCS server of
+# the gs:// tests (tests/gcs.py) serves JSON only, and gcsfs would wait 60 s for the probe. Read when gcsfs
+# is imported, so set before anything imports it.
+os.environ.setdefault("GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT", "false")
 # One persistent compilation cache per test run, made by the first process (pytest, or xdist's controller)
 # and inherited by the xdist workers and every process a test spawns: a program compiled once (the tiny
 # model's steps, mostly) is read back by every later test that builds it, in any process. Every program is

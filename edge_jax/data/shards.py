@@ -34,6 +34,7 @@ from edge_jax import distributed
 from edge_jax.data.errors import DataError
 from edge_jax.data.sources import Source
 from edge_jax.data.tokenizers import tokenizer_dtype
+from edge_jax.utils.atomic import atomic_open, write_text_atomic
 from edge_jax.utils.storage import epath
 
 PREPARE_PIECES = 64       # a split is prepared in at least this many pieces (one per file when more)
@@ -94,15 +95,12 @@ def doc_tokens(texts, tok, dtype) -> Iterator[np.ndarray]:
 
 
 def _write_piece(piece, tok, dtype, out) -> None:
-    tmp = out.parent / f".{out.name}.{os.getpid()}.tmp"
-    try:
-        with tmp.open("wb") as f:
-            for ids in doc_tokens(piece.texts(), tok, dtype):
-                f.write(ids.astype(dtype.newbyteorder("<"), copy=False).tobytes())
-        tmp.replace(out)  # another job on this host may have written the same bytes first
-    except BaseException:  # a bad record or a kill: no half-written shard left behind
-        tmp.unlink(missing_ok=True)
-        raise
+    """One shard, written by this process whichever it is: a bad record or a kill leaves no half-written
+    shard behind (a temporary file renamed into place, or one object committed at the end in a bucket);
+    another job on this host may have written the same bytes first."""
+    with distributed.solo(), atomic_open(str(out), "wb") as f:
+        for ids in doc_tokens(piece.texts(), tok, dtype):
+            f.write(ids.astype(dtype.newbyteorder("<"), copy=False).tobytes())
 
 
 def prepare(source: Source, split: str, tok, tokens_dir: str,
@@ -134,9 +132,7 @@ def prepare(source: Source, split: str, tok, tokens_dir: str,
         if not any(s["tokens"] for s in shards):
             raise DataError(f"dataset '{source.name}' split '{split}' has no documents; "
                             "use another split or dataset")
-        tmp = root / f".manifest.{os.getpid()}.tmp"
-        tmp.write_text(json.dumps({"dtype": dtype.name, "shards": shards}))
-        tmp.replace(root / "manifest.json")  # epath's rename refuses a target another job wrote meanwhile
+        write_text_atomic(str(root / "manifest.json"), json.dumps({"dtype": dtype.name, "shards": shards}))
 
     distributed.on_lead(f"manifest {root.name}", manifest)
     if not (root / "manifest.json").exists():

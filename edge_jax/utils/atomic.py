@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import IO, Any, Iterator
 
 from edge_jax.distributed import is_lead
+from edge_jax.utils.storage import published
 
 __all__ = [
     "atomic_dir",
@@ -61,12 +62,17 @@ def atomic_open(path: str | os.PathLike, mode: str = "w",
     """Open a temporary file that replaces `path` only if the block finishes.
 
     `mode` is "w" (text) or "wb" (bytes). Parent directories are created. On a process other than
-    the job's first the block writes into a buffer that is dropped.
+    the job's first the block writes into a buffer that is dropped. A ``gs://`` path is written as one
+    object that appears when the block ends (:func:`edge_jax.utils.storage.published`).
     """
     if mode not in ("w", "wb"):
         raise ValueError(f"atomic_open mode must be 'w' or 'wb', not {mode!r}")
     if not is_lead():  # another process of the job writes it
         yield io.StringIO() if mode == "w" else io.BytesIO()
+        return
+    if "://" in str(path):  # a bucket: one object, committed at the end (no rename there)
+        with published(str(path), mode, encoding) as f:
+            yield f
         return
     target = Path(path)
     target.parent.mkdir(parents=True, exist_ok=True)
