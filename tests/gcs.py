@@ -10,12 +10,13 @@ import os
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 import urllib.request
 
 BUCKET = "edge-jax-test"
-# The emulator's server answers one connection at a time (http.server.HTTPServer): a connection a data worker
-# process left open would stall every later request. A thread per connection, as a real endpoint serves them.
+# The emulator's server answers one connection at a time (http.server.HTTPServer); a thread per connection, as
+# a real endpoint serves them.
 _SERVE = """import http.server, sys
 http.server.HTTPServer = http.server.ThreadingHTTPServer
 from gcp_storage_emulator.__main__ import main
@@ -45,9 +46,12 @@ def emulator(timeout_s: float = 60.0):
     import gcsfs
     port = _free_port()
     url = f"http://127.0.0.1:{port}"
+    # --quiet and a file for its stderr: it logs every request, and a pipe nobody reads fills after ~64 KB of
+    # them and stops the server mid-run (requests then wait forever for an answer)
+    log = tempfile.TemporaryFile("w+")
     proc = subprocess.Popen([sys.executable, "-c", _SERVE, "start", "--host=127.0.0.1", f"--port={port}",
-                             "--in-memory", f"--default-bucket={BUCKET}"],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+                             "--in-memory", f"--default-bucket={BUCKET}", "--quiet"],
+                            stdout=subprocess.DEVNULL, stderr=log, text=True)
     env = {"STORAGE_EMULATOR_HOST": url, "FSSPEC_GS_TOKEN": "anon"}
     saved_env = {k: os.environ.get(k) for k in env}
     saved_conf = dict(fsspec.config.conf.get("gs", {}))
@@ -55,7 +59,8 @@ def emulator(timeout_s: float = 60.0):
         deadline = time.monotonic() + timeout_s
         while not _serving(url):
             if proc.poll() is not None:
-                raise RuntimeError(f"the GCS emulator exited ({proc.returncode}): {proc.stderr.read()[-2000:]}")
+                log.seek(0)
+                raise RuntimeError(f"the GCS emulator exited ({proc.returncode}): {log.read()[-2000:]}")
             if time.monotonic() > deadline:
                 raise RuntimeError(f"the GCS emulator did not answer on {url} within {timeout_s:.0f} s")
             time.sleep(0.2)
@@ -69,6 +74,7 @@ def emulator(timeout_s: float = 60.0):
             proc.wait(timeout=10)
         except subprocess.TimeoutExpired:
             proc.kill()
+        log.close()
         for k, v in saved_env.items():
             if v is None:
                 os.environ.pop(k, None)

@@ -84,3 +84,29 @@ def test_a_published_object_appears_whole_or_not_at_all(bucket):
         f.write(data)
         raise KeyError("a bad record")
     assert sorted(p.name for p in epath(f"{bucket}/pub").iterdir()) == ["record.json", "shard.bin"]
+
+
+def test_shards_prepared_into_a_bucket_hold_the_local_tokens_and_train_alike(bucket, tmp_path, tiny_config):
+    from edge_jax.cli import main
+    from edge_jax.data.shards import TokenShards
+    from edge_jax.train.loop import train_and_evaluate
+    from edge_jax.utils.storage import epath
+    local, _ = _corpus(tmp_path / "c", f"{bucket}/prep")
+    dirs = {"local": str(tmp_path / "tokens"), "remote": f"{bucket}/tokens"}
+    for where, tokens_dir in dirs.items():
+        assert main(["data", "prepare", "--config", "configs/lm.py:size=tiny", f"--config.data.name={local}",
+                     f"--config.data.tokens_dir={tokens_dir}"]) == 0, where
+    roots = {w: sorted(str(p) for p in epath(d).iterdir()) for w, d in dirs.items()}
+    assert len(roots["local"]) == len(roots["remote"]) == 2  # train and validation
+    for a, b in zip(roots["local"], roots["remote"]):
+        assert os.path.basename(a) == os.path.basename(b)
+        assert not [p.name for p in epath(b).iterdir() if p.name.endswith(".tmp")]  # published, no leftovers
+        want, got = TokenShards([a]), TokenShards([b])
+        assert len(got) == len(want) > 1000
+        np.testing.assert_array_equal(got[0:len(got)], want[0:len(want)])
+        np.testing.assert_array_equal(got[517:1203], want[517:1203])
+    run = {"train.steps": 3, "train.eval_every": 3, "train.ckpt_every": 3, "data.name": local}
+    for where, tokens_dir in dirs.items():
+        train_and_evaluate(tiny_config(**run, **{"data.tokens_dir": tokens_dir}), str(tmp_path / f"run_{where}"))
+    want = _losses(tmp_path / "run_local")
+    assert sorted(want) == [1, 2, 3] and _losses(tmp_path / "run_remote") == want
