@@ -1,11 +1,13 @@
-"""A local Cloud Storage server for the ``gs://`` tests: the ``gcp-storage-emulator`` package (the test extra)
-on 127.0.0.1, in memory, in a process of its own, with one bucket. gcsfs reaches it through
-``STORAGE_EMULATOR_HOST`` and anonymous credentials (``FSSPEC_GS_TOKEN=anon`` for the processes a test
-starts; fsspec's config for this one); gcsfs's probe of each bucket's type over gRPC, which the emulator does
-not serve (it waits 60 s before falling back), is off for the whole run (tests/conftest.py)."""
+"""A local Cloud Storage server for the ``gs://`` tests: the ``gcp-storage-emulator`` package (the test extra,
+completed by tests/gcs_server.py) on 127.0.0.1, in memory, in a process of its own, with one bucket. gcsfs
+reaches it through ``STORAGE_EMULATOR_HOST`` and anonymous credentials (``FSSPEC_GS_TOKEN=anon`` for the
+processes a test starts; fsspec's config for this one), TensorStore (orbax's checkpoint arrays) through
+``TENSORSTORE_GCS_HTTP_URL`` and a fixed token. gcsfs's probe of each bucket's type over gRPC, which the
+emulator does not serve (it waits 60 s before falling back), is off for the whole run (tests/conftest.py)."""
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import socket
 import subprocess
@@ -14,14 +16,10 @@ import tempfile
 import time
 import urllib.request
 
+from gcs_server import DENIED, PRIVATE  # noqa: F401 - the buckets that refuse (for the tests)
+
 BUCKET = "edge-jax-test"
-# The emulator's server answers one connection at a time (http.server.HTTPServer); a thread per connection, as
-# a real endpoint serves them.
-_SERVE = """import http.server, sys
-http.server.HTTPServer = http.server.ThreadingHTTPServer
-from gcp_storage_emulator.__main__ import main
-main(sys.argv[1:])
-"""
+SERVER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "gcs_server.py")  # the emulator, completed
 
 
 def _free_port() -> int:
@@ -49,10 +47,13 @@ def emulator(timeout_s: float = 60.0):
     # --quiet and a file for its stderr: it logs every request, and a pipe nobody reads fills after ~64 KB of
     # them and stops the server mid-run (requests then wait forever for an answer)
     log = tempfile.TemporaryFile("w+")
-    proc = subprocess.Popen([sys.executable, "-c", _SERVE, "start", "--host=127.0.0.1", f"--port={port}",
+    proc = subprocess.Popen([sys.executable, SERVER, "start", "--host=127.0.0.1", f"--port={port}",
                              "--in-memory", f"--default-bucket={BUCKET}", "--quiet"],
                             stdout=subprocess.DEVNULL, stderr=log, text=True)
-    env = {"STORAGE_EMULATOR_HOST": url, "FSSPEC_GS_TOKEN": "anon"}
+    # gcsfs: STORAGE_EMULATOR_HOST; TensorStore (orbax's array writer): its endpoint and a fixed token, so it
+    # looks for no Google credentials; HTTP/1.1, which the emulator serves (not HTTP/2)
+    env = {"STORAGE_EMULATOR_HOST": url, "FSSPEC_GS_TOKEN": "anon", "TENSORSTORE_GCS_HTTP_URL": url,
+           "GOOGLE_AUTH_TOKEN_FOR_TESTING": "anon", "TENSORSTORE_GCS_HTTP_VERSION": "1.1"}
     saved_env = {k: os.environ.get(k) for k in env}
     saved_conf = dict(fsspec.config.conf.get("gs", {}))
     try:
@@ -64,6 +65,11 @@ def emulator(timeout_s: float = 60.0):
             if time.monotonic() > deadline:
                 raise RuntimeError(f"the GCS emulator did not answer on {url} within {timeout_s:.0f} s")
             time.sleep(0.2)
+        # the bucket this account may only read (tests/gcs_server.py)
+        made = urllib.request.Request(f"{url}/storage/v1/b?project=test", method="POST",
+                                      data=json.dumps({"name": DENIED}).encode(),
+                                      headers={"Content-Type": "application/json"})
+        urllib.request.urlopen(made, timeout=10).close()
         os.environ.update(env)
         fsspec.config.conf["gs"] = {**saved_conf, "token": "anon"}
         gcsfs.GCSFileSystem.clear_instance_cache()  # an instance made before would talk to Google

@@ -38,7 +38,7 @@ NOT_YET_TESTED = {  # exercised only through other modules' tests when this chec
     "edge_jax.layers.moe.strategies", "edge_jax.papers.edgeinfinite.cli", "edge_jax.papers.edgeinfinite.config",
     "edge_jax.papers.expert_cache.cli", "edge_jax.papers.meki.cli", "edge_jax.papers.npumoe.capture",
     "edge_jax.papers.npumoe.evaluators", "edge_jax.papers.plm.cli", "edge_jax.papers.plm.config",
-    "edge_jax.papers.plm.evaluators", "edge_jax.papers.plm.params", "edge_jax.train.qa", "edge_jax.train.workdir",
+    "edge_jax.papers.plm.evaluators", "edge_jax.papers.plm.params", "edge_jax.train.qa",
     "edge_jax.utils.rendezvous", "edge_jax.utils.timing",
 }
 

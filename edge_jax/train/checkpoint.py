@@ -19,7 +19,6 @@ import contextlib
 import errno
 import logging
 import os
-import shutil
 from typing import Callable, TypeVar
 
 import jax
@@ -29,6 +28,7 @@ import orbax.checkpoint as ocp
 from edge_jax import distributed
 from edge_jax.errors import UserError
 from edge_jax.train import checksums
+from edge_jax.utils.storage import epath, explain, is_remote, move
 
 T = TypeVar("T")
 
@@ -75,14 +75,15 @@ class Checkpointer:
     checkpoint`` turns them off to measure what they cost."""
 
     def __init__(self, directory: str, keep: int, every: int, verified: bool = True, background: bool = True):
-        self.directory = os.path.abspath(directory)
+        self.directory = directory if is_remote(directory) else os.path.abspath(directory)
         self.verified = verified
+        commit = checksums.ChecksummedCommit if is_remote(directory) else checksums.ChecksummedRename
         options = ocp.CheckpointManagerOptions(max_to_keep=keep, save_interval_steps=max(every, 1),
                                                create=True, cleanup_tmp_directories=True,
                                                enable_async_checkpointing=background,
-                                               temporary_path_class=checksums.ChecksummedRename if verified else None)
+                                               temporary_path_class=commit if verified else None)
         self._mgr = ocp.CheckpointManager(self.directory, options=options, item_names=("state", "data", "health"))
-        self._full: BaseException | None = None  # the full-disk error a save met (said once)
+        self._failed: BaseException | None = None  # the error a save met (full disk, a bucket refusing; said once)
         if not any(isinstance(f, _QuietDiskFull) for f in logging.getLogger("absl").filters):
             logging.getLogger("absl").addFilter(_QuietDiskFull())
 
@@ -107,16 +108,20 @@ class Checkpointer:
         """A full disk or quota during a save: the step being written is dropped (orbax leaves it under a
         temporary name, removed on restart; one already under its final name that does not verify is moved
         aside) and :class:`CheckpointError` names the directory and the last intact step."""
-        if self._full is not None:  # already said; what follows (close) is the same failure
+        if self._failed is not None:  # already said; what follows (close) is the same failure
             with contextlib.suppress(Exception):
                 yield
             return
         try:
             yield
         except Exception as e:
+            refused = explain(e, self.directory) if is_remote(self.directory) else None
+            if refused is not None:  # the bucket refused or could not be reached: the step is not committed
+                self._failed = e
+                raise CheckpointError(f"saving a checkpoint failed: {refused}") from None
             if not disk_full(e):
                 raise
-            self._full = e
+            self._failed = e
             raise CheckpointError(f"no space left on device saving a checkpoint in {self.directory}; "
                                   f"{self._last_intact()}: free space and rerun the same command to resume") from None
 
@@ -239,11 +244,10 @@ class Checkpointer:
         """Move the step's directory to ``<directory>.corrupt/<step>[.k]`` and make orbax forget it."""
         target = os.path.join(self.directory + ".corrupt", str(step))
         k = 0
-        while os.path.exists(target if not k else f"{target}.{k}"):
+        while epath(target if not k else f"{target}.{k}").exists():
             k += 1
         target = target if not k else f"{target}.{k}"
-        os.makedirs(os.path.dirname(target), exist_ok=True)
-        shutil.move(os.path.join(self.directory, str(step)), target)
+        move(os.path.join(self.directory, str(step)), target)
         self._mgr.reload()
         return target
 
@@ -255,5 +259,5 @@ class Checkpointer:
         try:
             self.wait()
         finally:
-            with contextlib.suppress(Exception) if self._full is not None else contextlib.nullcontext():
+            with contextlib.suppress(Exception) if self._failed is not None else contextlib.nullcontext():
                 self._mgr.close()

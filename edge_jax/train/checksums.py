@@ -21,6 +21,8 @@ from pathlib import Path
 import xxhash
 from orbax.checkpoint._src.path import atomicity
 
+from edge_jax.utils.storage import epath, files_under, is_remote, published
+
 FILE = "checksums.json"
 ALGORITHM = "xxh3_128"
 CHUNK = 8 << 20
@@ -29,50 +31,55 @@ UNVERIFIED = "saved without checksums"
 NOT_HASHED = frozenset({FILE, "_CHECKPOINT_METADATA", "commit_success.txt"})
 
 
-def digest(path: Path) -> str:
-    """The xxh3-128 hex digest of a file's bytes."""
+def digest(path) -> str:
+    """The xxh3-128 hex digest of a file's bytes (local or in a bucket)."""
     h = xxhash.xxh3_128()
-    with open(path, "rb") as f:
+    with epath(str(path)).open("rb") as f:
         while chunk := f.read(CHUNK):
             h.update(chunk)
     return h.hexdigest()
 
 
-def digest_reference(path: Path) -> str:
+def digest_reference(path) -> str:
     """:func:`digest` of the whole file read at once (the naive form the chunked one is tested against)."""
-    return xxhash.xxh3_128(Path(path).read_bytes()).hexdigest()
+    return xxhash.xxh3_128(epath(str(path)).read_bytes()).hexdigest()
 
 
-def step_files(step_dir: Path) -> list[str]:
+def _covered(sizes: dict[str, int]) -> dict[str, int]:
+    """The files of a step listing that the checksums cover (orbax's own commit files are not)."""
+    return {rel: n for rel, n in sizes.items() if os.path.basename(rel) not in NOT_HASHED}
+
+
+def step_files(step_dir) -> list[str]:
     """The step's files, as sorted paths relative to ``step_dir``, that the checksums cover."""
-    out = []
-    for root, _, files in os.walk(step_dir):
-        for name in files:
-            rel = os.path.relpath(os.path.join(root, name), step_dir)
-            if rel not in NOT_HASHED:
-                out.append(rel)
-    return sorted(out)
+    return sorted(_covered(files_under(step_dir)))
 
 
-def write(step_dir: Path) -> None:
-    """Hash every file of ``step_dir`` into ``step_dir/checksums.json`` (the directory is not yet
-    visible under its final name, so a plain write is enough; it is fsynced before the rename)."""
-    step_dir = Path(step_dir)
-    files = {rel: [os.path.getsize(step_dir / rel), digest(step_dir / rel)] for rel in step_files(step_dir)}
-    with open(step_dir / FILE, "w") as f:
-        json.dump({"algorithm": ALGORITHM, "files": files}, f)
+def write(step_dir) -> None:
+    """Hash every file of ``step_dir`` (a local directory or a bucket prefix) into ``step_dir/checksums.json``.
+    The step is not yet visible under its final name (or, in a bucket, not yet committed), so a plain write
+    is enough: fsynced before the rename, or one whole object."""
+    step_dir = str(step_dir)
+    files = {rel: [size, digest(os.path.join(step_dir, rel))]
+             for rel, size in sorted(_covered(files_under(step_dir)).items())}
+    text = json.dumps({"algorithm": ALGORITHM, "files": files})
+    if is_remote(step_dir):
+        with published(os.path.join(step_dir, FILE), "w") as f:
+            f.write(text)
+        return
+    with open(os.path.join(step_dir, FILE), "w") as f:
+        f.write(text)
         f.flush()
         os.fsync(f.fileno())
 
 
-def verify(step_dir: Path, share: tuple[int, int] = (0, 1)) -> str | None:
+def verify(step_dir, share: tuple[int, int] = (0, 1)) -> str | None:
     """Why ``step_dir`` is not intact (a missing, resized or changed file, named), None when its files match
     their digests, or :data:`UNVERIFIED` for a step written without checksums (an older edge_jax).
     ``share=(i, n)``: check only every n-th listed file from the i-th (one process's part of a job)."""
-    step_dir = Path(step_dir)
+    step_dir = str(step_dir)
     try:
-        with open(step_dir / FILE) as f:
-            listed = json.load(f)
+        listed = json.loads(epath(os.path.join(step_dir, FILE)).read_text())
     except FileNotFoundError:
         return UNVERIFIED
     except (OSError, ValueError) as e:
@@ -80,16 +87,15 @@ def verify(step_dir: Path, share: tuple[int, int] = (0, 1)) -> str | None:
     why = malformed(listed)
     if why:
         return f"its {FILE} is malformed ({why})"
-    listed = listed["files"]
+    listed, found = listed["files"], files_under(step_dir)
     i, n = share
     for rel in sorted(listed)[i::n]:
         size, want = listed[rel]
-        path = step_dir / rel
-        if not path.is_file():
+        if rel not in found:
             return f"{rel} is missing"
-        if os.path.getsize(path) != size:
-            return f"{rel} has {os.path.getsize(path)} bytes, {size} were written"
-        if digest(path) != want:
+        if found[rel] != size:
+            return f"{rel} has {found[rel]} bytes, {size} were written"
+        if digest(os.path.join(step_dir, rel)) != want:
             return f"{rel} does not match its checksum"
     return None
 
@@ -118,4 +124,15 @@ class ChecksummedRename(atomicity.AtomicRenameTemporaryPath):
     async def finalize(self, *args, **kwargs):
         if atomicity.TMP_DIR_SUFFIX not in Path(self.get()).parent.name:  # the step, not one of its items
             await asyncio.to_thread(write, Path(self.get()))
+        return await super().finalize(*args, **kwargs)
+
+
+class ChecksummedCommit(atomicity.CommitFileTemporaryPath):
+    """The same in a bucket, which has no rename: orbax writes a step under its final name and commits it by
+    writing ``commit_success.txt`` last (a step without one is not listed, and is removed on restart);
+    :func:`write` runs just before that. A step's name is its number; its items' are not."""
+
+    async def finalize(self, *args, **kwargs):
+        if self.get().name.isdigit():
+            await asyncio.to_thread(write, str(self.get()))
         return await super().finalize(*args, **kwargs)

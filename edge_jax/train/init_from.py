@@ -22,6 +22,7 @@ from edge_jax.train.optim import ALL, param_path, trainable_pattern
 from edge_jax.train.setup import build
 from edge_jax.train.state import abstract_train_state
 from edge_jax.train.workdir import load_workdir_config
+from edge_jax.utils.storage import epath
 
 
 def _flat(tree) -> dict:
@@ -33,7 +34,7 @@ def restore_params(workdir: str, step: int = 0, one_device: bool = False):
     named on stderr and left in place), or of its checkpoint at ``step`` (> 0), which must be intact.
     ``one_device``: onto this host's first device, whatever mesh the run trained on (a conversion)."""
     ckpt_dir = os.path.join(workdir, "checkpoints")
-    if not os.path.isdir(ckpt_dir):
+    if not epath(ckpt_dir).is_dir():
         raise ConfigError(f"init_from={workdir!r} has no checkpoints; train the base there first "
                           "(edge-jax train --workdir ...)")
     config = load_workdir_config(workdir)

@@ -37,6 +37,7 @@ from edge_jax.train.step import jit_train_step, make_eval_step
 from edge_jax.train.telemetry import StepProfiler, profile_dir, record_memory
 from edge_jax.train.workdir import imported_from, read_saved_config
 from edge_jax.utils.atomic import write_json_atomic
+from edge_jax.utils.storage import ensure_usable, epath
 
 
 class TrainingError(UserError, RuntimeError):
@@ -70,7 +71,7 @@ def resumable_changes() -> frozenset:
 def save_config(config, workdir: str) -> None:
     """Write config.json; refuse to resume a workdir trained with an incompatible config."""
     path = os.path.join(workdir, "config.json")
-    if os.path.exists(os.path.join(workdir, "checkpoints")) and os.path.exists(path):
+    if epath(os.path.join(workdir, "checkpoints")).exists() and epath(path).exists():
         old = flat_json(read_saved_config(path))  # in today's keys
         new = flat_json(config)
         # keys added to the schema after that run count as their defaults
@@ -86,11 +87,12 @@ def save_config(config, workdir: str) -> None:
 def train_and_evaluate(config, workdir: str, devices=None) -> dict:
     """Train (resuming from ``workdir`` if it holds a checkpoint), evaluate, return final metrics."""
     distributed.start()
+    ensure_usable(workdir)  # a missing bucket or a refused account: one line now, not at the first checkpoint
     source = imported_from(workdir)
     if source:
         raise TrainingError(f"{workdir} holds the HF checkpoint imported from {source}, a base to start from; "
                             f"train from it into a new workdir: --config configs/hf.py:base={workdir} --workdir NEW")
-    os.makedirs(workdir, exist_ok=True)
+    epath(workdir).mkdir(parents=True, exist_ok=True)
     run = build(config, devices)
     cfg, t = run.config, run.config.train
     lead = distributed.is_lead()
@@ -172,6 +174,7 @@ def train_and_evaluate(config, workdir: str, devices=None) -> dict:
                     writer.write(step, "eval", final)
                 if periodic or stop:
                     with clock.paused():
+                        writer.flush()  # the metrics of the steps this checkpoint keeps are readable first
                         ckpt.save(step, state, feed.data_state(), force=step == t.steps or stop, metrics=saved)
                 if stop:
                     ckpt.wait()

@@ -14,6 +14,7 @@ from edge_jax.sharding import check_divisible, make_mesh
 from edge_jax.train.hooks import MODEL_HOOKS
 from edge_jax.train.optim import make_optimizer
 from edge_jax.utils.atomic import write_json_atomic
+from edge_jax.utils.storage import epath
 
 
 @dataclasses.dataclass
@@ -52,9 +53,8 @@ def check_tokenizer(workdir: str, tokenizer, config, write: bool = False) -> Non
     a hash of the model file); ``write`` records it for a new run."""
     path = os.path.join(workdir, "tokenizer.json")
     now = {"name": tokenizer.name, "vocab_size": tokenizer.vocab_size}
-    if os.path.exists(path):
-        with open(path) as f:
-            then = json.load(f)
+    if epath(path).exists():
+        then = json.loads(epath(path).read_text())
         if then.get("name") != now["name"]:
             raise ConfigError(f"checkpoint in {workdir} was trained with tokenizer {then.get('name')} "
                               f"({then.get('vocab_size')} ids) but data.tokenizer={config.data.tokenizer!r} now gives "

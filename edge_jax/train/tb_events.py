@@ -20,6 +20,8 @@ import socket
 import struct
 import time
 
+from edge_jax.utils.storage import AppendLog
+
 FILE_VERSION = "brain.Event:2"
 _START = 1  # SessionLog.SessionStatus.START
 
@@ -94,10 +96,9 @@ class EventWriter:
     """Scalars into ``logdir/events.out.tfevents.<time>.<host>``; ``purge_step``: see the module doc."""
 
     def __init__(self, logdir: str, purge_step: int | None = None):
-        os.makedirs(logdir, exist_ok=True)
         now = time.time()
         self.path = os.path.join(logdir, f"events.out.tfevents.{int(now)}.{socket.gethostname()}")
-        self._file = open(self.path, "ab")
+        self._file = AppendLog(self.path)  # in a bucket: the whole file published again now and then
         self._write(event(purge_step or 0, now, file_version=FILE_VERSION))
         if purge_step is not None:
             self._write(event(purge_step, now, session_start=True))
@@ -106,9 +107,11 @@ class EventWriter:
         """One event holding ``{tag: value}`` at ``step``."""
         self._write(event(step, time.time(), {tag: float(v) for tag, v in values.items()}))
 
+    def flush(self) -> None:
+        self._file.flush()
+
     def close(self) -> None:
         self._file.close()
 
     def _write(self, data: bytes) -> None:
-        self._file.write(record(data))
-        self._file.flush()
+        self._file.append(record(data))

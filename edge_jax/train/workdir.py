@@ -8,6 +8,7 @@ import ml_collections
 
 from edge_jax.config import flatten, schema_defaults, unflatten, upgrade_config
 from edge_jax.errors import UserError, one_line
+from edge_jax.utils.storage import epath, is_remote
 
 
 class WorkdirError(UserError, ValueError):
@@ -18,7 +19,7 @@ def load_workdir_config(workdir: str) -> ml_collections.ConfigDict:
     """The config a workdir's run was trained with, in today's keys (an older edge_jax's config.json
     upgraded; keys the schema gained since at their defaults)."""
     path = os.path.join(workdir, "config.json")
-    if not os.path.exists(path):
+    if not epath(path).exists():
         raise FileNotFoundError(f"{path} not found; is {workdir!r} a training workdir? run `edge-jax train` first")
     saved = read_saved_config(path)
     return ml_collections.ConfigDict(unflatten({**flatten(schema_defaults(saved).to_dict()), **flatten(saved)}))
@@ -28,8 +29,7 @@ def read_json_object(path: str) -> dict:
     """The JSON object a workdir's own file at ``path`` holds; a file that is not one (truncated, overwritten)
     is a :class:`WorkdirError` that names it."""
     try:
-        with open(path, "rb") as f:
-            found = json.loads(f.read().decode("utf-8"))
+        found = json.loads(epath(path).read_bytes().decode("utf-8"))
     except ValueError as e:  # JSONDecodeError, UnicodeDecodeError
         found, why = None, f"{type(e).__name__}: {one_line(e)}"
     else:
@@ -54,13 +54,13 @@ def on_base(config: ml_collections.ConfigDict, base: str, keep: tuple[str, ...] 
         if key in config.model and not key.startswith(keep):
             config.model[key] = value
     config.data.tokenizer = saved.data.tokenizer
-    config.init_from = os.path.abspath(os.path.expanduser(base))
+    config.init_from = base if is_remote(base) else os.path.abspath(os.path.expanduser(base))
     return config
 
 
 def imported_from(workdir: str) -> str | None:
     """Where an HF import came from (``edge-jax hf import`` wrote ``hf_source.json``), or None."""
     path = os.path.join(workdir, "hf_source.json")
-    if not os.path.exists(path):
+    if not epath(path).exists():
         return None
     return str(read_json_object(path).get("source"))

@@ -4,9 +4,67 @@ from __future__ import annotations
 import contextlib
 import io
 import os
+import re
+import time
 from typing import IO, Iterator
 
+from edge_jax.errors import UserError, one_line
 from edge_jax.utils.extras import require
+
+
+class StorageError(UserError, OSError):
+    """A bucket path that cannot be used (no bucket, no credentials, no permission, no network): one line
+    naming the path and what to do."""
+
+
+def explain(e: BaseException, where: str) -> StorageError | None:
+    """The one-line :class:`StorageError` for a failure of an object store request about ``where`` (None for
+    an error that is not one: a bug keeps its traceback)."""
+    bucket = str(where).split("://", 1)[-1].split("/", 1)[0]
+    text = f"{type(e).__name__}: {e}"
+    code = getattr(e, "code", None)
+    if code == 401 or "401" in text.split("\n")[0] or "UNAUTHENTICATED" in text:
+        return StorageError(f"no valid credentials for {where}; run `gcloud auth application-default login`, or "
+                            "set GOOGLE_APPLICATION_CREDENTIALS to a service account key (on a TPU VM: its "
+                            "service account)")
+    if code == 403 or text.startswith("OSError: Forbidden") or "PERMISSION_DENIED" in text:
+        return StorageError(f"permission denied on {where}; give this account roles/storage.objectAdmin on "
+                            f"gs://{bucket} (or write somewhere it may)")
+    # a 404 on the bucket's object collection (a listing, an upload), not on one object: no bucket
+    if isinstance(e, FileNotFoundError) and re.search(rf"\bb/{re.escape(bucket)}/o(\?|$)", str(e)):
+        return StorageError(f"bucket gs://{bucket} of {where} does not exist (or this account cannot see "
+                            f"it); create it (gcloud storage buckets create gs://{bucket}) or fix the path")
+    if isinstance(e, (ConnectionError, TimeoutError)) or type(e).__module__.startswith("aiohttp") or (
+            "UNAVAILABLE" in text or "DEADLINE_EXCEEDED" in text):
+        return StorageError(f"cannot reach Cloud Storage for {where} ({one_line(e)}); check the network and "
+                            "rerun the same command (a run resumes from its last committed checkpoint)")
+    return None
+
+
+@contextlib.contextmanager
+def explained(where: str) -> Iterator[None]:
+    """Object store failures inside the block raised as their one-line :class:`StorageError`."""
+    try:
+        yield
+    except StorageError:
+        raise
+    except Exception as e:
+        why = explain(e, where) if is_remote(where) else None
+        if why is None:
+            raise
+        raise why from e
+
+
+def ensure_usable(where: str) -> None:
+    """Fail now, in one line, when ``where`` is in a bucket that is missing or that this process may not list
+    (a run would otherwise fail at its first write, or its first checkpoint); nothing is written. A local
+    path passes."""
+    if not is_remote(where):
+        return
+    with explained(where):
+        fs, key = _fs(where)
+        bucket, _, prefix = key.partition("/")
+        fs.call("GET", "b/{}/o", bucket, prefix=prefix, maxResults=1, json_out=True)
 
 
 def epath(where: str):
@@ -28,11 +86,9 @@ def published(where: str, mode: str = "wb", encoding: str | None = "utf-8") -> I
     (:func:`edge_jax.utils.atomic.atomic_open`, which sends remote paths here). ``mode``: "w" or "wb"."""
     if mode not in ("w", "wb"):
         raise ValueError(f"published mode must be 'w' or 'wb', not {mode!r}")
-    if where.startswith("gs://"):
-        require("gcsfs", f"the gs:// path {where}")
-    import fsspec
-    fs, key = fsspec.core.url_to_fs(where)
-    raw = fs.open(key, "wb", autocommit=False)  # uploads full blocks as they fill; publishes on commit()
+    fs, key = _fs(where)
+    with explained(where):
+        raw = fs.open(key, "wb", autocommit=False)  # uploads full blocks as they fill; publishes on commit()
     try:
         if mode == "w":
             text = io.TextIOWrapper(raw, encoding=encoding, write_through=True)
@@ -41,11 +97,113 @@ def published(where: str, mode: str = "wb", encoding: str | None = "utf-8") -> I
             text.detach()
         else:
             yield raw
-        raw.close()
-        raw.commit()
+        with explained(where):
+            raw.close()
+            raw.commit()
     except BaseException:
         # Cancel the upload; where the server refuses (a local emulator), the uncommitted upload is still
         # never visible and expires on its own, and the error that stopped the write is the one raised.
         with contextlib.suppress(Exception):
             raw.discard()
+        raw.closed = True  # nothing left to send: not closed again (an upload) when it is collected
         raise
+
+
+def is_remote(where) -> bool:
+    """Whether ``where`` names an object store path (``gs://...``) rather than a local one."""
+    return "://" in str(where)
+
+
+def _fs(where: str):
+    """``(filesystem, key)`` of a remote path, with no listing cached: another process (a host of the job, a
+    killed run) may have changed the bucket since this one last listed it. Every instance of the filesystem
+    forgets its listings (orbax's paths, through etils.epath, hold one of their own)."""
+    if where.startswith("gs://"):
+        require("gcsfs", f"the gs:// path {where}")
+    import fsspec
+    fs, key = fsspec.core.url_to_fs(where)
+    forget(fs)
+    return fs, key
+
+
+def forget(fs) -> None:
+    """Drop the cached listings of every live instance of ``fs``'s filesystem class (fsspec keeps one instance
+    per set of arguments, each with its own cache)."""
+    for instance in [fs, *getattr(type(fs), "_cache", {}).values()]:
+        instance.invalidate_cache()
+
+
+def files_under(directory) -> dict[str, int]:
+    """``{path relative to directory: size in bytes}`` of every file below ``directory`` ({} when absent); a
+    bucket answers it with one listing."""
+    directory = str(directory)
+    if not is_remote(directory):
+        out = {}
+        for root, _, names in os.walk(directory):
+            for name in names:
+                full = os.path.join(root, name)
+                out[os.path.relpath(full, directory)] = os.path.getsize(full)
+        return out
+    fs, key = _fs(directory)
+    key = key.rstrip("/")
+    found = fs.find(key, detail=True)
+    return {name[len(key) + 1:]: int(info["size"]) for name, info in found.items()
+            if info.get("type") == "file" and name.startswith(key + "/")}
+
+
+def move(source, target) -> None:
+    """Move the file or directory ``source`` to ``target`` (absent; its parent is made). A bucket has no
+    rename of a prefix: its objects are copied, then the sources deleted."""
+    source, target = str(source), str(target)
+    if not is_remote(source):
+        import shutil
+        os.makedirs(os.path.dirname(target), exist_ok=True)
+        shutil.move(source, target)
+        return
+    fs, key = _fs(source)
+    fs.copy(key, fs._strip_protocol(target), recursive=True)
+    fs.rm(key, recursive=True)
+    forget(fs)
+
+
+class AppendLog:
+    """A file that only grows (metrics lines, TensorBoard events). A local one is appended to in place and
+    each :meth:`append` is on disk when it returns. An object in a bucket cannot be appended to: the log is
+    kept in memory and the whole object is published again (:func:`published`, so readers see a whole
+    prefix of the log) by :meth:`flush`, by an append ``every_s`` seconds after the last publish, and by
+    :meth:`close`. ``start``: the log's first bytes; the file or object is replaced by them now."""
+
+    def __init__(self, where: str, start: bytes = b"", every_s: float = 30.0):
+        self.where, self.every_s = str(where), every_s
+        self.remote = is_remote(self.where)
+        self._data, self._dirty = bytearray(start), True
+        self._published = 0.0
+        if self.remote:
+            self.flush()
+        else:
+            from edge_jax.utils.atomic import write_bytes_atomic
+            write_bytes_atomic(self.where, bytes(start))
+            self._file = open(self.where, "ab")
+
+    def append(self, data: bytes) -> None:
+        if not self.remote:
+            self._file.write(data)
+            self._file.flush()
+            return
+        self._data += data
+        self._dirty = True
+        if time.monotonic() - self._published >= self.every_s:
+            self.flush()
+
+    def flush(self) -> None:
+        """Make everything appended so far readable (a bucket's object published again when it changed)."""
+        if self.remote and self._dirty:
+            with published(self.where, "wb") as f:
+                f.write(bytes(self._data))
+            self._dirty, self._published = False, time.monotonic()
+
+    def close(self) -> None:
+        if self.remote:
+            self.flush()
+        else:
+            self._file.close()
