@@ -25,6 +25,7 @@ from edge_jax import distributed
 from edge_jax.errors import ConfigError, UserError, one_line
 from edge_jax.grid import drift, plots, post, runner, spec, tables
 from edge_jax.grid.records import read_record
+from edge_jax.utils import storage
 from edge_jax.utils.args import at_least, count, output_dir
 
 
@@ -110,7 +111,7 @@ def run(args: argparse.Namespace, *, train_fn: runner.TrainFn | None = None,
     load_config = load_config or runner.default_load_config
     if args.compile_only:
         return _compile_only(grid, args, extra, load_config, log)
-    out = Path(args.out) if args.out else default_out(grid)
+    out = storage.path(args.out) if args.out else default_out(grid)
     if args.list:
         for u in units:
             path = runner.record_path(out, u)
@@ -170,7 +171,10 @@ def _config_problem(load_config: runner.LoadConfigFn, base: str, overrides: dict
 
 def _check_out(out: Path) -> None:
     """--out as a directory this job can write (process 0 answers: it writes the files), before anything is."""
-    distributed.on_lead("grid --out", lambda: str(output_dir(out, "--out")))
+    if storage.is_remote(out):  # a bucket: it exists and this account may list it (writes are checked as they go)
+        distributed.on_lead("grid --out", lambda: storage.ensure_usable(str(out)))
+    else:
+        distributed.on_lead("grid --out", lambda: str(output_dir(out, "--out")))
 
 
 def _write_tables(grid, args, out: Path, log, load_config: runner.LoadConfigFn, extra: dict) -> None:
@@ -199,7 +203,7 @@ def _compile_only(grid, args, extra, load_config, log) -> int:
     from edge_jax.grid.compile_table import compile_grid
     if not args.topology:
         raise UserError("--compile-only needs --topology (e.g. v5p-128, v5e-256, cpu:8)")
-    out = Path(args.out) if args.out else Path("results") / grid.name
+    out = storage.path(args.out) if args.out else Path("results") / grid.name
     _check_out(out)
     check_overrides(grid, runner.plan(grid, 1), extra, load_config)
     target = make_target(args.topology, args.slices)

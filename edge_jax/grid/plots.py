@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from edge_jax.grid.spec import Grid
+from edge_jax.utils import storage
 from edge_jax.utils.atomic import save_figure_atomic
 
 
@@ -54,6 +55,6 @@ def write_curves(grid: Grid, records: list[dict], out: str | Path) -> Path:
     ax.set_title(f"{grid.title}\n{grid.name}, preset {grid.preset}: mean over seeds, "
                  "min-max shaded", fontsize="medium")
     ax.grid(True, alpha=0.3)
-    path = Path(out) / "curves.png"
+    path = storage.path(out) / "curves.png"
     save_figure_atomic(fig, path)
     return path

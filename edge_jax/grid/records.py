@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Callable
 
 from edge_jax.errors import UserError
+from edge_jax.utils import storage
 
 CORRUPT_DIR = "records.corrupt"
 
@@ -54,7 +55,7 @@ def load_records(out: str | Path, log: Callable[[str], None] | None = None) -> R
     (see the module docstring); ``log`` gets a warning per unreadable file and per duplicate."""
     records, paths, unreadable = [], [], []
     first: dict[tuple, int] = {}   # key -> index in records
-    for path in sorted((Path(out) / "records").glob("*.json")):
+    for path in sorted((storage.path(out) / "records").glob("*.json")):
         rec, why = read_record(path)
         if rec is None:
             unreadable.append((path, why))
@@ -111,7 +112,6 @@ def has_record(path: Path, log: Callable[[str], None]) -> bool:
     n = 1
     while aside.exists():
         aside, n = aside.with_name(f"{path.stem}.{n}{path.suffix}"), n + 1
-    aside.parent.mkdir(parents=True, exist_ok=True)
-    path.rename(aside)
+    storage.move(path, aside)
     log(f"warning: unreadable record {path} ({why}); moved to {aside}, running the unit again")
     return False

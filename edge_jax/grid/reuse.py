@@ -8,16 +8,18 @@ from pathlib import Path
 from typing import Iterable
 
 from edge_jax.grid.records import load_records
+from edge_jax.utils import storage
 
 REUSE_IGNORED = ("data.data_dir", "train.ckpt_every", "train.keep_ckpts", "train.log_every")
 
 
 def sibling_outputs(out: Path) -> list[Path]:
     """Other grid output directories beside ``out`` (results/<grid>)."""
-    parent = out.resolve().parent
+    out = storage.absolute(out)
+    parent = out.parent
     if not parent.is_dir():
         return []
-    return sorted(d for d in parent.iterdir() if d.is_dir() and d != out.resolve() and (d / "records").is_dir())
+    return sorted(d for d in parent.iterdir() if d.is_dir() and d != out and (d / "records").is_dir())
 
 
 def find_identical_run(dirs: Iterable[Path], config: dict, metric: str, clean_only: bool = False,

@@ -53,6 +53,7 @@ from edge_jax.grid.reuse import find_identical_run, sibling_outputs
 from edge_jax.grid.spec import Grid
 from edge_jax.grid.stages import data_key
 from edge_jax.grid.stages import resolve as resolve_stages
+from edge_jax.utils import storage
 from edge_jax.utils.atomic import write_json_atomic, write_text_atomic
 from edge_jax.utils.provenance import command_line, device_info, git_info, versions
 
@@ -100,16 +101,16 @@ def plan(grid: Grid, seeds: int) -> list[Unit]:
 
 
 def record_path(out: str | Path, unit: Unit) -> Path:
-    return Path(out) / "records" / f"{unit.name}.json"
+    return storage.path(out) / "records" / f"{unit.name}.json"
 
 
 def workdir(out: str | Path, unit: Unit) -> Path:
-    return Path(out) / "runs" / unit.cell / f"seed{unit.seed}"
+    return storage.path(out) / "runs" / unit.cell / f"seed{unit.seed}"
 
 
 def lock_path(out: str | Path, unit: Unit) -> Path:
     """The unit's lock file, beside its workdir (:mod:`edge_jax.grid.locks`)."""
-    return Path(out) / "runs" / unit.cell / f"seed{unit.seed}.lock"
+    return storage.path(out) / "runs" / unit.cell / f"seed{unit.seed}.lock"
 
 
 def _default_train_fn(config, wd: str) -> dict:
@@ -134,7 +135,7 @@ def run_grid(grid: Grid, out: str | Path, units: Iterable[Unit], *,
     holds is logged with its holder and left to it; a failing unit is logged and left out.
     With ``reuse``, records in the sibling directories of ``out`` may stand in for runs.
     ``command`` is stored in each record (default: this process's command line)."""
-    out = Path(out)
+    out = storage.path(out)
     donors = sibling_outputs(out) if reuse else []
     distributed.on_lead("grid output", lambda: check_out_dir(grid, out))
     if _provenance(grid, allow_dirty).get("commit") is None:
@@ -206,7 +207,7 @@ def run_unit(grid: Grid, unit: Unit, out: str | Path, *,
     started_at = _now()
     overrides = grid.overrides(unit.cell, unit.seed, extra_overrides)
     if grid.stages:
-        overrides = resolve_stages(overrides, grid.stages, unit.seed, Path(out).resolve().parent, train_fn,
+        overrides = resolve_stages(overrides, grid.stages, unit.seed, storage.absolute(out).parent, train_fn,
                                    load_config)
     config = load_config(grid.base, overrides)
     documents = data_key(config)
@@ -303,7 +304,8 @@ def _claim_workdir(wd: Path, grid: Grid, overrides: dict) -> bool:
             raise GridRunError(f"workdir {wd} holds a run with different {', '.join(changed)}; "
                                "delete it or use another --out")
     wd.mkdir(parents=True, exist_ok=True)
-    resumed = any(p.name not in ("grid_run.json", "error.log") for p in wd.iterdir())
+    # (a bucket has no empty directories: a prefix with no object under it is not there)
+    resumed = wd.exists() and any(p.name not in ("grid_run.json", "error.log") for p in wd.iterdir())
     if not stamp_file.exists():
         write_json_atomic(stamp_file, stamp)
     return resumed
@@ -343,9 +345,9 @@ def resolved_vocab_size(record: dict) -> int:
     before the runner stored it). None of them: :class:`PostCannotRun` (a post hook that needs it keeps its
     outputs)."""
     vocab = int(record["config"].get("model", {}).get("vocab_size") or 0) or int(record.get("vocab_size") or 0)
-    path = Path(record.get("workdir") or "") / "config.json"
-    if vocab <= 0 and record.get("workdir") and path.exists():
-        vocab = int(json.loads(path.read_text())["model"]["vocab_size"])
+    config_file = storage.path(record.get("workdir") or ".") / "config.json"
+    if vocab <= 0 and record.get("workdir") and config_file.exists():
+        vocab = int(json.loads(config_file.read_text())["model"]["vocab_size"])
     if vocab <= 0:
         raise PostCannotRun(f"vocabulary size unknown for the {record.get('cell')} seed {record.get('seed')} "
                             f"record: it stores none and its workdir {record.get('workdir')} has no config.json "

@@ -29,6 +29,7 @@ from typing import Any, Callable
 
 from edge_jax import distributed
 from edge_jax.grid import locks
+from edge_jax.utils import storage
 from edge_jax.utils.atomic import write_text_atomic
 
 _REF = re.compile(r"\{stage:([A-Za-z0-9_]+)\}")
@@ -129,8 +130,9 @@ def ensure(name: str, stages: dict, seed: int, root: Path, train_fn: Callable, l
     overrides = resolve(dict(stage.get("overrides", {})), stages, seed, root, train_fn, load_config, log)
     config = load_config(stage["base"], {**overrides, "seed": s})
     wd = stage_dir(root, name, config) / f"seed{s}"
-    with contextlib.suppress(ValueError):  # a path relative to the working directory when below it
-        wd = wd.relative_to(Path.cwd())
+    if not storage.is_remote(wd):
+        with contextlib.suppress(ValueError):  # a path relative to the working directory when below it
+            wd = wd.relative_to(Path.cwd())
     done = (wd / "final_metrics.json").exists
     if distributed.on_lead(f"stage {wd}", done):
         return wd
@@ -141,7 +143,7 @@ def ensure(name: str, stages: dict, seed: int, root: Path, train_fn: Callable, l
     older = distributed.on_lead(f"older stage {wd}", older_stage)
     if older is not None:
         log(f"stage {name} seed {s}: reusing {older} (its config predates a key rename)")
-        return Path(older)
+        return storage.path(older)
     wd.mkdir(parents=True, exist_ok=True)
     with locks.locked(wd.parent / f"seed{s}.lock", log, what=f"stage {name} seed {s}"):
         if not distributed.on_lead(f"stage {wd} locked", done):

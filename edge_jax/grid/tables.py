@@ -18,6 +18,7 @@ from pathlib import Path
 
 from edge_jax.grid import power, spec, verdicts
 from edge_jax.grid.spec import Grid
+from edge_jax.utils import storage
 from edge_jax.utils.atomic import write_text_atomic
 
 
@@ -164,9 +165,9 @@ def write_tables(grid: Grid, records: list[dict], out: str | Path,
     """Write OUT/table.md, OUT/table.csv and OUT/pairs.csv atomically; returns the table. ``changed``:
     the paragraph naming settings that differ from today's (:func:`edge_jax.grid.drift.changed_line`)."""
     table = dataclasses.replace(build_table(grid, records, seeds), changed=changed)
-    write_text_atomic(Path(out) / "table.md", markdown(table))
-    write_text_atomic(Path(out) / "table.csv", csv_text(table))
-    write_text_atomic(Path(out) / "pairs.csv", pairs_csv(table))
+    write_text_atomic(storage.path(out) / "table.md", markdown(table))
+    write_text_atomic(storage.path(out) / "table.csv", csv_text(table))
+    write_text_atomic(storage.path(out) / "pairs.csv", pairs_csv(table))
     return table
 
 

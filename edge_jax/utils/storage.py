@@ -4,6 +4,7 @@ from __future__ import annotations
 import contextlib
 import io
 import os
+import pathlib
 import re
 import time
 from typing import IO, Iterator
@@ -62,7 +63,7 @@ def ensure_usable(where: str) -> None:
     if not is_remote(where):
         return
     with explained(where):
-        fs, key = _fs(where)
+        fs, key = remote_fs(where)
         bucket, _, prefix = key.partition("/")
         fs.call("GET", "b/{}/o", bucket, prefix=prefix, maxResults=1, json_out=True)
 
@@ -86,7 +87,7 @@ def published(where: str, mode: str = "wb", encoding: str | None = "utf-8") -> I
     (:func:`edge_jax.utils.atomic.atomic_open`, which sends remote paths here). ``mode``: "w" or "wb"."""
     if mode not in ("w", "wb"):
         raise ValueError(f"published mode must be 'w' or 'wb', not {mode!r}")
-    fs, key = _fs(where)
+    fs, key = remote_fs(where)
     with explained(where):
         raw = fs.open(key, "wb", autocommit=False)  # uploads full blocks as they fill; publishes on commit()
     try:
@@ -114,7 +115,7 @@ def is_remote(where) -> bool:
     return "://" in str(where)
 
 
-def _fs(where: str):
+def remote_fs(where: str):
     """``(filesystem, key)`` of a remote path, with no listing cached: another process (a host of the job, a
     killed run) may have changed the bucket since this one last listed it. Every instance of the filesystem
     forgets its listings (orbax's paths, through etils.epath, hold one of their own)."""
@@ -144,7 +145,7 @@ def files_under(directory) -> dict[str, int]:
                 full = os.path.join(root, name)
                 out[os.path.relpath(full, directory)] = os.path.getsize(full)
         return out
-    fs, key = _fs(directory)
+    fs, key = remote_fs(directory)
     key = key.rstrip("/")
     found = fs.find(key, detail=True)
     return {name[len(key) + 1:]: int(info["size"]) for name, info in found.items()
@@ -160,7 +161,7 @@ def move(source, target) -> None:
         os.makedirs(os.path.dirname(target), exist_ok=True)
         shutil.move(source, target)
         return
-    fs, key = _fs(source)
+    fs, key = remote_fs(source)
     fs.copy(key, fs._strip_protocol(target), recursive=True)
     fs.rm(key, recursive=True)
     forget(fs)
@@ -207,3 +208,18 @@ class AppendLog:
             self.flush()
         else:
             self._file.close()
+
+
+def path(where):
+    """``where`` as a path with pathlib's methods (``/``, exists, glob, iterdir, read_text, mkdir, unlink): a
+    ``pathlib.Path`` on disk, an ``etils.epath.Path`` in a bucket (``pathlib.Path`` would fold its ``gs://``
+    into a relative ``gs:/`` directory)."""
+    if is_remote(where):
+        return where if hasattr(where, "_path_str") else epath(str(where))
+    return pathlib.Path(where)
+
+
+def absolute(where):
+    """:func:`path` made absolute (a bucket's path already is)."""
+    found = path(where)
+    return found if is_remote(found) else found.resolve()

@@ -128,3 +128,25 @@ def test_a_refused_account_is_one_line_and_writes_nothing(bucket):
                                            rf"account roles/storage.objectAdmin on gs://{DENIED}"):
         write_json_atomic(f"gs://{DENIED}/w/config.json", {"a": 1})
     assert not epath(f"gs://{DENIED}/w/config.json").exists()
+
+
+@pytest.mark.subprocess
+def test_two_processes_train_into_a_bucket_and_resume_as_on_disk(bucket, tmp_path):
+    """``edge-jax launch --processes 2``: both processes write their shares of each checkpoint into the bucket,
+    verify a share of its files on resume, and agree with the same job on disk."""
+    data_dir = os.environ.get("EDGE_JAX_TEST_DATA", str(tmp_path / "data"))
+
+    def launch(workdir, steps):
+        args, env = _cli(workdir, steps, data_dir, **{"train.ckpt_every": 2, "mesh.data": 2})
+        job = [sys.executable, "-m", "edge_jax.cli", "launch", "--processes", "2", "--devices-per-process", "1",
+               "--", "edge-jax", *args[3:]]
+        run = subprocess.run(job, env=env, cwd=REPO, capture_output=True, text=True)
+        assert run.returncode == 0, (run.stdout + run.stderr)[-3000:]
+
+    local, remote = str(tmp_path / "local"), f"{bucket}/two-processes"
+    for workdir in (local, remote):  # 6 steps, then resumed to 8 (a longer schedule from step 7 on)
+        launch(workdir, 6)
+        launch(workdir, 8)
+    assert _committed(remote) == [4, 6, 8]
+    a, b = _losses(local), _losses(remote)
+    assert sorted(b) == list(range(1, 9)) and [a[s] for s in sorted(a)] == [b[s] for s in sorted(b)]
