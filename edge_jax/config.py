@@ -39,7 +39,8 @@ class DataKeys:
     else from prepared shards (built on first use); ``on`` / ``off`` force one way. ``workers``: grain
     worker processes that read and tokenise a stream; ``shuffle_windows``: the windows a stream row
     shuffles at a time; ``tokens_dir``: where prepared token shards live (default <data_dir>/tokens;
-    may be gs://...)."""
+    may be gs://...); ``windows_per_read``: prepared shards are shuffled in blocks of this many consecutive
+    windows, each block one read (1: single windows; more: fewer, larger requests to a bucket)."""
     name: str = "pystdlib"
     tokenizer: str = "byte"
     seq_len: int = 128
@@ -52,6 +53,7 @@ class DataKeys:
     stream: str = "auto"
     workers: int = 0
     shuffle_windows: int = 64
+    windows_per_read: int = 1
     tokens_dir: str = ""
 
 
@@ -320,6 +322,8 @@ def validate(c: ml_collections.ConfigDict) -> None:
                           "and a step >= 1, or init_step=0 for its latest")
     if d.stream not in ("auto", "on", "off"):
         raise ConfigError(unknown("data.stream value", d.stream, ("auto", "on", "off")))
+    if d.windows_per_read < 1:
+        raise ConfigError(f"data.windows_per_read={d.windows_per_read} must be >= 1 (1: every window on its own)")
     if d.workers < 0 or d.shuffle_windows < 1:
         raise ConfigError(f"data.workers={d.workers} must be >= 0 and data.shuffle_windows={d.shuffle_windows} >= 1")
     if d.batch_size % t.grad_accum:

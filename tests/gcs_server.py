@@ -2,7 +2,8 @@
 --host ... --port ...``): the ``gcp-storage-emulator`` package with what its handlers lack of the real service's
 object API, which the clients under test rely on.
 
-- A thread per connection (the package's server answers one at a time), as a real endpoint serves them.
+- A thread per connection (the package's server answers one at a time) and room for many connections
+  waiting to be accepted, as a real endpoint serves them.
 - Object generations on reads: a media download carries ``x-goog-generation`` (TensorStore, orbax's array
   writer, reads it on every read and refuses an answer without it).
 - Two buckets that answer as the service does to an account without rights: ``edge-jax-private`` refuses
@@ -88,6 +89,10 @@ def _refusing(handler):
 
 def _patch() -> None:
     http.server.HTTPServer = http.server.ThreadingHTTPServer
+    # a listen backlog of 128, not socketserver's 5: the requests of a batch of reads arrive at once, each on a
+    # connection of its own (the server closes each after one answer), and a full backlog drops a
+    # handshake, which TCP then retries after 200 ms
+    http.server.ThreadingHTTPServer.request_queue_size = 128
     from gcp_storage_emulator import server
     from gcp_storage_emulator.handlers import objects
     wrapped = {objects.download: _conditional(objects.download, reading=True),

@@ -76,6 +76,12 @@ def _data_arguments(g) -> None:
                    "decode-batch flag of the model benchmarks)")
     g.add_argument("--seed", type=at_least(0), default=0, help="corpus seed (default 0)")
     g.add_argument("--timeout", type=positive, default=900, help="seconds before a measurement is abandoned")
+    g.add_argument("--shards", type=_listed(str, "gs://bucket/bench,/mnt/nfs/bench"), default=[],
+                   help="instead of the streams: read prepared shards of the first --sizes corpus from this disk and "
+                        "from a copy at each of these places (directories or gs:// URLs), reads per batch and "
+                        "tokens/s (edge_jax/bench/shard_reads.py)")
+    g.add_argument("--windows-per-read", type=_listed(at_least(1), "1,8"), default="1,8",
+                   help="with --shards: data.windows_per_read values, consecutive windows a read (default 1,8)")
 
 
 BENCHMARKS.register("data", Benchmark(

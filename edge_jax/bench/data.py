@@ -14,11 +14,9 @@ how many workers a host needs for the per-host token rate of the paper presets' 
 """
 from __future__ import annotations
 
-import glob
 import json
 import math
 import os
-import pathlib
 import signal
 import statistics
 import subprocess
@@ -26,15 +24,11 @@ import sys
 
 from edge_jax.bench.corpus import corpus_dir, corpus_info, corpus_path, is_complete, sample, size_label
 from edge_jax.bench.data_probe import PREFIX
+from edge_jax.bench.host_rate import paper_host_rate
 from edge_jax.errors import ConfigError
 from edge_jax.utils.args import output_dir
 
 GOALS = {"memory": 1.10, "first_batch_s": 10.0, "ratio": 0.9}
-CHIPS_PER_HOST = 4    # TPU VMs of a multi-host slice hold 4 chips (edge_jax.compile.chips: chips_per_host_bounds 2x2x1)
-# Used only when no results/*/paper_compile.json is found: results/meki_main/paper_compile.json, v5p-128
-# (16 hosts), run "baseline": 1,441,818 est. tokens/s, i.e. 90,114 per host (MeKi itself: 1,303,478 -> 81,467),
-# with loop bodies counted every time (issue 35; the tables before counted 4,595,094, an overestimate).
-FALLBACK_HOST_RATE = (90_114.0, "constant from results/meki_main/paper_compile.json (v5p-128 baseline / 16 hosts)")
 TOKENIZER_VOCAB = 8192
 
 
@@ -165,29 +159,6 @@ def table(results: dict) -> list[str]:
     return lines
 
 
-def paper_host_rate(root: str | None = None) -> tuple[float, str]:
-    """The highest per-host token rate in the committed paper-preset compile tables (est. tokens/s over the
-    slice's hosts), and the cell it comes from; :data:`FALLBACK_HOST_RATE` if there are none."""
-    from edge_jax.compile.chips import slice_shape
-    root = root or str(pathlib.Path(__file__).resolve().parents[2])   # the repository
-    best, where = 0.0, ""
-    for path in sorted(glob.glob(os.path.join(root, "results", "*", "paper_compile.json"))):
-        with open(path) as f:
-            tables = json.load(f)
-        for topology, tab in tables.items():
-            try:
-                chips = math.prod(int(x) for x in slice_shape(topology.split()[0])[1].split("x"))
-            except Exception:  # noqa: BLE001 - a topology the chip table does not know: skip it
-                continue
-            hosts = max(1, chips // CHIPS_PER_HOST)
-            for cell, row in tab.get("rows", {}).items():
-                rate = float(str(row.get("est. tokens/s", "0")).replace(",", "") or 0)
-                if rate / hosts > best:
-                    best, where = rate / hosts, (f"{os.path.relpath(path, root)}: {topology} {cell}, {rate:,.0f} "
-                                                 f"tok/s over {hosts} hosts")
-    return (best, where) if best else FALLBACK_HOST_RATE
-
-
 def _verdict(ok: bool) -> str:
     return "goal met" if ok else "goal missed"
 
@@ -288,6 +259,9 @@ def run(args, overrides) -> str:
                           "(see its flags: --seq-len, --batch-size, --workers, ...)")
     root = os.path.expanduser(args.corpus_dir or default_root())
     output_dir(root, "--corpus-dir")
+    if args.shards:
+        from edge_jax.bench.shard_reads import run as shard_reads
+        return shard_reads(args, root)
     sizes, formats, workers = args.sizes, args.formats, args.workers
     corpora, corpus_lines = _corpora(root, formats, sizes, args.seed)
     specs = tokenizer_specs(os.path.join(root, "tokenizers"), args.tokenizers, args.seed)

@@ -80,6 +80,22 @@ class Windows:
         start = i * self.seq_len
         return np.asarray(self.tokens[start:start + self.seq_len + 1], dtype=np.int32)
 
+    def rows(self, indices) -> np.ndarray:
+        """int32[len(indices), seq_len+1]: windows ``indices`` read together (:meth:`TokenShards.windows`: one
+        round of requests for a batch from a bucket), equal to ``np.stack([self[i] for i in indices])``."""
+        indices = np.asarray(indices, np.int64).reshape(-1)
+        if len(indices) and not (0 <= indices.min() and indices.max() < self.total):
+            raise IndexError(f"windows {indices.min()}..{indices.max()} outside 0..{self.total - 1}")
+        if not isinstance(self.tokens, TokenShards):
+            return np.stack([self[int(i)] for i in indices]).astype(np.int32)
+        return self.tokens.windows(indices * self.seq_len, self.seq_len + 1).astype(np.int32)
+
+    def blocks(self, ids, per: int) -> np.ndarray:
+        """The windows of blocks ``ids`` of ``per`` consecutive windows each (block b: windows b*per ..
+        b*per+per-1), block after block: int32[len(ids) * per, seq_len+1]."""
+        ids = np.asarray(ids, np.int64).reshape(-1, 1)
+        return self.rows((ids * per + np.arange(per)).reshape(-1))
+
 
 def _check_sizes(data_cfg, blocks: int) -> tuple[int, int]:
     seq_len, batch = int(data_cfg.seq_len), int(data_cfg.batch_size)
@@ -121,10 +137,17 @@ def make_train_iter(data_cfg, tok, seed: int, block: int = 0, blocks: int = 1):
             f"dataset '{source.name}' train split has {len(tokens)} tokens, {windows.total} windows "
             f"of data.seq_len {seq_len} (+1), fewer than one batch of {batch}; lower data.seq_len to "
             f"at most {max(1, (len(tokens) - 1) // batch)} or data.batch_size, or use more data")
-    ds = (grain.MapDataset.source(windows)
+    per = int(getattr(data_cfg, "windows_per_read", 1))
+    if local % per:
+        raise DataError(f"data.windows_per_read={per} does not divide the {local} rows a process reads per batch; "
+                        f"use a divisor of {local}")
+    # The shuffled units are blocks of `per` consecutive windows (1: single windows), each read with the
+    # others of its batch in one round of requests; a block's windows touch, so it is one ranged read.
+    ds = (grain.MapDataset.range(windows.total // per)
           .shuffle(seed=int(seed) % 2**32)
           .repeat()
-          .batch(local, drop_remainder=True)[block::blocks]   # global batch k = local batches k*blocks ...
+          .batch(local // per, drop_remainder=True)[block::blocks]   # global batch k = local batches k*blocks ...
+          .map(functools.partial(windows.blocks, per=per))
           .map(functools.partial(_checked, tokens))            # ids in the vocabulary: one max per batch
           .map(to_io))
     options = grain.ReadOptions(num_threads=_READ_THREADS, prefetch_buffer_size=_PREFETCH_BATCHES)

@@ -35,7 +35,7 @@ from edge_jax.data.errors import DataError
 from edge_jax.data.sources import Source
 from edge_jax.data.tokenizers import tokenizer_dtype
 from edge_jax.utils.atomic import atomic_open, write_text_atomic
-from edge_jax.utils.storage import epath
+from edge_jax.utils.storage import epath, remote_fs
 
 PREPARE_PIECES = 64       # a split is prepared in at least this many pieces (one per file when more)
 ENCODE_CHARS = 1 << 19    # characters tokenised at a time
@@ -194,21 +194,82 @@ class TokenShards:
         out = self[0:len(self)]
         return out if dtype is None else out.astype(dtype)
 
+    def windows(self, starts, length: int) -> np.ndarray:
+        """``[len(starts), length]`` tokens, row k from token ``starts[k]``, read together: the ranges of
+        :meth:`read_plan` (overlapping or touching ones merged), on a disk one ``pread`` each, in a bucket as
+        concurrent ranged requests. The batched form of ``np.stack([self[s:s + length] for s in starts])``
+        (:meth:`__getitem__`, one range at a time), which the tests hold it to."""
+        plan = self.read_plan(starts, length)
+        arrays = self._fetch(plan)
+        begins = np.array([(int(self.ends[i - 1]) if i else 0) + offset for i, offset, _ in plan], np.int64)
+        out = np.empty((len(starts), length), self.dtype)
+        for k, start in enumerate(starts):
+            r, at, filled = int(np.searchsorted(begins, start, side="right")) - 1, int(start), 0
+            while filled < length:  # a window across a shard boundary continues in the next request
+                part = arrays[r][at - begins[r]:][:length - filled]
+                out[k, filled:filled + len(part)] = part
+                filled, at, r = filled + len(part), at + len(part), r + 1
+        return out.astype(self.dtype.newbyteorder("="))
+
+    def read_plan(self, starts, length: int) -> list[tuple[int, int, int]]:
+        """The reads that fetch ``length`` tokens from each of ``starts``: ``(shard, first token in it, tokens)``
+        in shard order, ranges in one shard that overlap or touch merged into one (consecutive training
+        windows share a token, so a run of them is one read)."""
+        spans = []
+        for at in sorted({int(s) for s in starts}):
+            stop = at + length
+            if at < 0 or stop > len(self):
+                raise IndexError(f"tokens {at}:{stop} outside the {len(self)} tokens of {self.roots}")
+            while at < stop:
+                i = int(np.searchsorted(self.ends, at, side="right"))
+                first = int(self.ends[i - 1]) if i else 0
+                n = min(stop, int(self.ends[i])) - at
+                spans.append((i, at - first, n))
+                at += n
+        merged: list[tuple[int, int, int]] = []
+        for i, offset, n in spans:
+            if merged and merged[-1][0] == i and offset <= merged[-1][1] + merged[-1][2]:
+                _, first, m = merged[-1]
+                merged[-1] = (i, first, max(first + m, offset + n) - first)
+            else:
+                merged.append((i, offset, n))
+        return merged
+
+    def _fetch(self, plan: list[tuple[int, int, int]]) -> list[np.ndarray]:
+        """The token arrays of the reads of ``plan``: a bucket's all at once (fsspec's ``cat_ranges``, as
+        concurrent requests), a disk's one ``pread`` each."""
+        if not plan or "://" not in self.files[plan[0][0]]:
+            return [self._read(i, offset, n) for i, offset, n in plan]
+        size = self.dtype.itemsize
+        fs, _ = remote_fs(self.files[plan[0][0]])
+        paths = [self.files[i] for i, _, _ in plan]
+        found = fs.cat_ranges(paths, [o * size for _, o, _ in plan], [(o + n) * size for _, o, n in plan],
+                              on_error="return")
+        return [self._checked(path, data, n) for path, data, (_, _, n) in zip(paths, found, plan)]
+
     def _read(self, i: int, offset: int, n: int) -> np.ndarray:
+        """``n`` tokens of shard ``i`` from its token ``offset``: one ``pread``, or one ranged request."""
         size = self.dtype.itemsize
         path = self.files[i]
         try:
             if "://" in path:
-                with epath(path).open("rb") as f:
-                    f.seek(offset * size)
-                    data = f.read(n * size)
+                data = remote_fs(path)[0].cat_file(path, start=offset * size, end=(offset + n) * size)
             else:
                 if i not in self._fds:
                     self._fds[i] = os.open(path, os.O_RDONLY)
                 data = os.pread(self._fds[i], n * size, offset * size)
-        except FileNotFoundError:
+        except FileNotFoundError as e:
+            data = e
+        return self._checked(path, data, n)
+
+    def _checked(self, path: str, data, n: int) -> np.ndarray:
+        """``data`` (bytes read from ``path``, or the error reading it raised) as ``n`` tokens; a missing or
+        short shard is a one-line DataError."""
+        if isinstance(data, FileNotFoundError):
             raise self._missing(path) from None
-        if len(data) != n * size:
+        if isinstance(data, BaseException):
+            raise data
+        if len(data) != n * self.dtype.itemsize:
             raise DataError(f"prepared shard {path} is shorter than its manifest says; "
                             f"{rebuild(os.path.dirname(path), [path])}")
         return np.frombuffer(data, self.dtype)

@@ -8,7 +8,8 @@ import os
 from tqdm import tqdm
 
 from edge_jax.train.tb_events import EventWriter
-from edge_jax.utils.storage import AppendLog, epath
+from edge_jax.utils.append_log import AppendLog
+from edge_jax.utils.storage import epath
 
 
 def read_jsonl(path: str) -> list[dict]:

@@ -20,7 +20,7 @@ import socket
 import struct
 import time
 
-from edge_jax.utils.storage import AppendLog
+from edge_jax.utils.append_log import AppendLog
 
 FILE_VERSION = "brain.Event:2"
 _START = 1  # SessionLog.SessionStatus.START

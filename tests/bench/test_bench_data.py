@@ -141,7 +141,8 @@ def test_the_report_states_each_goal():
 
 
 def test_the_paper_rate_comes_from_the_compile_tables():
-    rate, where = bench_data.paper_host_rate()
+    from edge_jax.bench.host_rate import paper_host_rate
+    rate, where = paper_host_rate()
     assert 50_000 < rate < 1_000_000 and "paper_compile.json" in where
 
 
@@ -155,3 +156,22 @@ def test_bench_data_prints_the_table(tmp_path, capsys):
     for goal in ("peak memory across sizes", "time to first batch", "iterator / minimal loop"):
         assert goal in out
     assert out.count("goal met") + out.count("goal missed") == 3
+
+
+def test_bench_data_shards_reads_a_copy_and_counts_reads_per_batch(tmp_path, capsys):
+    copy = tmp_path / "copy"
+    args = ["bench", "data", "--shards", str(copy), "--windows-per-read", "1,4", "--sizes", "1M", "--seq-len", "64",
+            "--batch-size", "8", "--seconds", "0.2", "--segments", "2", "--corpus-dir", str(tmp_path / "c")]
+    assert main(args) == 0
+    out = capsys.readouterr().out
+    label = str(copy)[-34:]
+    cells = [line[:38].split() for line in out.splitlines() if line.startswith(("local disk", label))]
+    assert cells == [["local", "disk", "1"], ["local", "disk", "4"], [label, "1"], [label, "4"]], out
+    assert "per-host need: " in out
+    from edge_jax.bench.shard_reads import measure
+    local = next(p for p in (tmp_path / "c" / "shard-reads").iterdir())
+    copied = copy / local.name
+    assert sorted(os.listdir(copied)) == sorted(os.listdir(local))  # the copy holds every shard and the manifest
+    one, four = (measure(str(copied), 64, 8, k, 0.2, 10**9, 2) for k in (1, 4))
+    # 8 random windows: 8 reads (two that touch: one; one across a shard end: two); blocks of 4: one read a block
+    assert 7 <= one["requests_per_batch"] <= 9 and 1 <= four["requests_per_batch"] <= 3 and four["tokens_per_s"] > 0

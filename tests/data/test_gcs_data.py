@@ -110,3 +110,23 @@ def test_shards_prepared_into_a_bucket_hold_the_local_tokens_and_train_alike(buc
         train_and_evaluate(tiny_config(**run, **{"data.tokens_dir": tokens_dir}), str(tmp_path / f"run_{where}"))
     want = _losses(tmp_path / "run_local")
     assert sorted(want) == [1, 2, 3] and _losses(tmp_path / "run_remote") == want
+
+
+def test_batched_window_reads_from_a_bucket_equal_the_local_shards(bucket, tmp_path):
+    from test_shard_reads import write_shards
+
+    from edge_jax.data.shards import TokenShards
+    from edge_jax.utils.storage import epath
+    local = tmp_path / "shards"
+    local.mkdir()
+    flat = np.concatenate(write_shards(local, [3000, 11, 5000]))
+    for name in os.listdir(local):
+        epath(f"{bucket}/batched/{name}").write_bytes((local / name).read_bytes())
+    remote, near = TokenShards([f"{bucket}/batched"]), TokenShards([str(local)])
+    starts = np.random.default_rng(3).integers(0, len(flat) - 257, 64)
+    starts[0] = 2900  # across all three shards
+    got = remote.windows(starts, 257)
+    np.testing.assert_array_equal(got, near.windows(starts, 257))
+    np.testing.assert_array_equal(got, np.stack([remote[s:s + 257] for s in starts]))  # one range at a time
+    with pytest.raises(Exception, match="outside the 8011 tokens"):
+        remote.windows([8000], 20)
