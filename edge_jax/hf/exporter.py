@@ -23,8 +23,10 @@ from edge_jax.interop.convert import hf_from_params
 from edge_jax.interop.families import family_of
 from edge_jax.interop.family import FAMILIES, Unsupported
 from edge_jax.interop.safetensors_io import write_shards
+from edge_jax.utils import storage
 from edge_jax.utils.args import new_output_dir
-from edge_jax.utils.atomic import atomic_dir, write_json_atomic
+from edge_jax.utils.atomic import atomic_dir, write_bytes_atomic, write_json_atomic
+from edge_jax.utils.storage import epath
 
 SHARD_BYTES = 5 * 10**9
 
@@ -46,10 +48,9 @@ def no_hf_form(config, cfg, memory_tables: bool = False) -> str | None:
 def pick_family(workdir: str, cfg, paths: set, with_memory: bool) -> tuple[str, object]:
     """The imported family, else the first registered one whose tensor map covers ``paths`` (all of them,
     or with ``with_memory`` all but the memory's)."""
-    source = os.path.join(workdir, SOURCE)
-    if os.path.exists(source):
-        with open(source) as f:
-            return family_of(json.load(f)["model_type"])
+    source = epath(os.path.join(workdir, SOURCE))
+    if source.exists():
+        return family_of(json.loads(source.read_text())["model_type"])
     why = []
     for name, fam in FAMILIES.items():
         try:
@@ -110,8 +111,8 @@ def export_workdir(workdir: str, out: str, step: int = 0, max_shard_bytes: int =
 
 
 def _check_step(workdir: str, step: int) -> None:
-    steps = sorted(int(n) for n in os.listdir(os.path.join(workdir, "checkpoints")) if n.isdigit()) \
-        if os.path.isdir(os.path.join(workdir, "checkpoints")) else []
+    where = storage.path(os.path.join(workdir, "checkpoints"))  # the workdir may be in a bucket
+    steps = sorted(int(p.name) for p in where.iterdir() if p.name.isdigit()) if where.is_dir() else []
     if not steps:
         raise UserError(f"{workdir} has no checkpoints; train or import into it first")
     if step and step not in steps:
@@ -120,11 +121,11 @@ def _check_step(workdir: str, step: int) -> None:
 
 def _copy_tokenizer(workdir: str, config, dest: str) -> None:
     """The imported checkpoint's tokenizer files, else the run's own ``hf:`` tokenizer.json."""
-    kept = os.path.join(workdir, HF_DIR)
-    if os.path.isdir(kept):
+    kept = epath(os.path.join(workdir, HF_DIR))  # the workdir may be in a bucket
+    if kept.is_dir():
         for name in TOKENIZER_FILES:
-            if os.path.exists(os.path.join(kept, name)):
-                shutil.copy2(os.path.join(kept, name), os.path.join(dest, name))
+            if (kept / name).exists():
+                write_bytes_atomic(os.path.join(dest, name), (kept / name).read_bytes())
         return
     kind, _, path = str(config.data.tokenizer).partition(":")
     if kind == "hf" and os.path.exists(path):

@@ -139,8 +139,9 @@ def _writable(directory: Path) -> bool:
 
 def input_dir(path: str | os.PathLike, flag: str, fix: str = "check the path") -> Path:
     """``path`` as an existing directory to read (``fix``: what the message tells a user whose path
-    does not exist)."""
-    p = Path(path)
+    does not exist); a bucket's (``gs://``) exists when an object is under it."""
+    from edge_jax.utils.storage import path as storage_path
+    p = storage_path(path)
     if not p.exists():
         raise PathArgError(f"{flag} {str(path)!r} does not exist; {fix}")
     if not p.is_dir():

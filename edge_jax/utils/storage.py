@@ -74,6 +74,7 @@ def epath(where: str):
         where = os.path.expanduser(where)
     elif where.startswith("gs://"):
         require("gcsfs", f"the gs:// path {where}")
+        uncached_listings()
     from etils import epath as _epath
     return _epath.Path(where)
 
@@ -115,22 +116,27 @@ def is_remote(where) -> bool:
 
 
 def remote_fs(where: str):
-    """``(filesystem, key)`` of a remote path, with no listing cached: another process (a host of the job, a
-    killed run) may have changed the bucket since this one last listed it. Every instance of the filesystem
-    forgets its listings (orbax's paths, through etils.epath, hold one of their own)."""
+    """``(filesystem, key)`` of a remote path (``bucket/object``), its listings never cached
+    (:func:`uncached_listings`)."""
     if where.startswith("gs://"):
         require("gcsfs", f"the gs:// path {where}")
+    uncached_listings()
     import fsspec
-    fs, key = fsspec.core.url_to_fs(where)
-    forget(fs)
-    return fs, key
+    return fsspec.core.url_to_fs(where)
 
 
-def forget(fs) -> None:
-    """Drop the cached listings of every live instance of ``fs``'s filesystem class (fsspec keeps one instance
-    per set of arguments, each with its own cache)."""
-    for instance in [fs, *getattr(type(fs), "_cache", {}).values()]:
-        instance.invalidate_cache()
+def uncached_listings() -> None:
+    """gcsfs keeps each directory listing it makes, by default for good, and answers later questions (does this
+    object exist?) from it: an object another process wrote after this one listed its prefix (a record, a
+    checkpoint step, a shard of another host) would stay invisible. Here every instance is made without that
+    cache (fsspec's configuration, applied to each new instance: orbax's, through etils.epath, included); the
+    instances made before are dropped once."""
+    import fsspec.config
+    options = fsspec.config.conf.setdefault("gs", {})
+    if options.get("use_listings_cache") is not False:
+        options["use_listings_cache"] = False
+        import gcsfs
+        gcsfs.GCSFileSystem.clear_instance_cache()
 
 
 def files_under(directory) -> dict[str, int]:
@@ -163,7 +169,6 @@ def move(source, target) -> None:
     fs, key = remote_fs(source)
     fs.copy(key, fs._strip_protocol(target), recursive=True)
     fs.rm(key, recursive=True)
-    forget(fs)
 
 
 def path(where):
