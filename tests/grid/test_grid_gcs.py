@@ -2,18 +2,14 @@
 the unit locks are objects under a lease (edge_jax.utils.object_lock); two processes on one bucket write one
 record per unit; a SIGKILLed holder's lock is taken over once its lease runs out. Fake training (fast)."""
 import json
-import os
 import socket
-import subprocess
-import sys
 import textwrap
 import threading
 import time
-from pathlib import Path
 
 import pytest
 from helpers import needs_extra
-from test_grid_locks import ABLATION, REPO, cli
+from test_grid_locks import ABLATION, cli, start_holder
 
 pytestmark = needs_extra("gcsfs")
 
@@ -77,23 +73,6 @@ class BucketTrain:
         return {"val_loss": 2.0}
 
 
-def start_holder(tmp_path, grid_file, out, env=None) -> tuple[subprocess.Popen, Path]:
-    """A real grid process on unit 0 (``--cell 0``), stopped inside its training until ``gate/release``."""
-    script, gate = tmp_path / "run_grid.py", tmp_path / "gate"
-    script.write_text(RUN)
-    gate.mkdir(exist_ok=True)
-    proc = subprocess.Popen([sys.executable, str(script), str(gate), str(grid_file), "--out", out, "--seeds", "1",
-                             "--cell", "0"], cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            env=dict(os.environ, **(env or {})))
-    deadline = time.time() + 120
-    while not list(gate.glob(f"started.{proc.pid}")):
-        if proc.poll() is not None or time.time() > deadline:
-            proc.kill()
-            pytest.fail(f"the holder did not start training: {proc.communicate()[0][-2000:]}")
-        time.sleep(0.02)
-    return proc, gate
-
-
 def _objects(prefix: str) -> dict:
     from edge_jax.utils.storage import files_under
     return files_under(prefix)
@@ -140,7 +119,7 @@ def test_a_renewed_lease_holds_and_a_dead_holders_lapses(bucket):
 @pytest.mark.subprocess
 def test_two_processes_on_one_bucket_write_one_record_per_unit(bucket, tmp_path, grid_file):
     out = f"{bucket}/two/out"  # parents of their own: a sibling grid output would be reused
-    holder, gate = start_holder(tmp_path, grid_file, out)
+    holder, gate = start_holder(tmp_path, grid_file, out, run=RUN)
     try:
         train = BucketTrain()
         rc, logs = cli([grid_file, "--out", out, "--seeds", 1], train)
@@ -170,7 +149,7 @@ def test_a_sigkilled_holders_object_lock_is_taken_over_after_its_lease(bucket, t
     from edge_jax.grid import locks
     out = f"{bucket}/killed/out"
     lock = f"{out}/runs/a/seed0.lock"
-    holder, _ = start_holder(tmp_path, grid_file, out, env={"EDGE_JAX_LOCK_LEASE_S": "2"})
+    holder, _ = start_holder(tmp_path, grid_file, out, run=RUN, env={"EDGE_JAX_LOCK_LEASE_S": "2"})
     holder.kill()  # SIGKILL: no release of any kind
     holder.wait(timeout=60)
     note = locks.holder(lock)

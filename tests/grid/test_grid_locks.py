@@ -89,14 +89,16 @@ def cli(argv, train):
     return rc, logs
 
 
-def start_holder(tmp_path, grid_file, out, *args) -> tuple[subprocess.Popen, Path]:
-    """A real grid process on unit 0, stopped inside its training until ``gate/release`` exists."""
+def start_holder(tmp_path, grid_file, out, *args, run: str = RUN, env: dict | None = None
+                 ) -> tuple[subprocess.Popen, Path]:
+    """A real grid process (the script ``run``) on unit 0, stopped inside its training until ``gate/release``
+    exists; ``env``: added to its environment."""
     script, gate = tmp_path / "run_grid.py", tmp_path / "gate"
-    script.write_text(RUN)
+    script.write_text(run)
     gate.mkdir(exist_ok=True)
     proc = subprocess.Popen([sys.executable, str(script), str(gate), str(grid_file), "--out", str(out),
                              "--seeds", "1", "--cell", "0", *args], cwd=REPO, stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True)
+                            stderr=subprocess.STDOUT, text=True, env=dict(os.environ, **(env or {})))
     deadline = time.time() + 120
     while not list(gate.glob(f"started.{proc.pid}")):
         if proc.poll() is not None or time.time() > deadline:
