@@ -4,7 +4,9 @@ A hook is called as ``function(grid, records, out)`` and returns the paths it wr
 not here (the cells' workdirs of a clean checkout, a file a run wrote beside its checkpoints) raises
 :class:`PostCannotRun` before it writes anything: the files it wrote before stay as they are, and the grid
 says so in one line (``plm_attention post: decode.md kept as it is: ...``) and goes on. So a rebuild
-(``--tables-only``) in a checkout without the workdirs changes no committed output.
+(``--tables-only``) in a checkout without the workdirs changes no committed output. With ``--out gs://...``
+a hook writes into a local temporary directory, whose files are then uploaded to ``out`` (hooks need not
+know buckets; one that keeps its outputs there keeps the bucket's as they are).
 
     from edge_jax.grid.post import PostCannotRun, absent_inputs
     missing = absent_inputs(records, "sparsity.json")
@@ -14,11 +16,14 @@ says so in one line (``plm_attention post: decode.md kept as it is: ...``) and g
 from __future__ import annotations
 
 import os
+import tempfile
 from pathlib import Path
 from typing import Callable, Iterable
 
 from edge_jax.errors import UserError
 from edge_jax.grid import spec
+from edge_jax.utils import storage
+from edge_jax.utils.atomic import write_bytes_atomic
 
 
 class PostCannotRun(UserError):
@@ -48,6 +53,12 @@ def run_post(grid, records: list[dict], out: str | Path, log: Callable[[str], No
     """Call the grid's post hook; a :class:`PostCannotRun` is logged in one line (its outputs kept, or none
     written) and the grid goes on. Returns the paths written."""
     hook = spec.hook(grid.post)
+    if storage.is_remote(out):  # hooks write files: into a local directory, uploaded once they are done
+        with tempfile.TemporaryDirectory(prefix="edge-jax-post-") as local:
+            written = run_post(grid, records, Path(local), lambda line: log(line.replace(local, str(out))))
+            for path in written:
+                write_bytes_atomic(f"{out}/{os.path.relpath(path, local)}", Path(path).read_bytes())
+            return [storage.path(f"{out}/{os.path.relpath(path, local)}") for path in written]
     try:
         written = [Path(p) for p in hook(grid, records, out)]
     except PostCannotRun as e:

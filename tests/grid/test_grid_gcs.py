@@ -2,6 +2,7 @@
 the unit locks are objects under a lease (edge_jax.utils.object_lock); two processes on one bucket write one
 record per unit; a SIGKILLed holder's lock is taken over once its lease runs out. Fake training (fast)."""
 import json
+import os
 import socket
 import textwrap
 import threading
@@ -177,3 +178,16 @@ def test_a_stage_lock_in_a_bucket_waits_for_its_holder_and_names_it(bucket):
     assert time.monotonic() - t0 >= 1.0
     assert logs == [f"stage s seed 0: waiting for pid 4242 on host h1 since 2026-11-28T00:00:00Z, who holds {where}"]
     assert holder(where) == {}
+
+
+def test_a_post_hook_writes_into_the_bucket_through_a_local_directory(bucket, tmp_path):
+    """Hooks write files with pathlib; with --out gs://... they write into a local directory, uploaded after."""
+    grid_file = tmp_path / "posted.py"
+    grid_file.write_text(textwrap.dedent(ABLATION).replace('"notes": "",', '"notes": "", '
+                                                           '"post": "test_grid_post:writes_report",'))
+    out = f"{bucket}/posted/out"
+    rc, logs = cli([grid_file, "--out", out, "--seeds", 1], BucketTrain())
+    from edge_jax.utils.storage import epath
+    assert rc == 0 and epath(f"{out}/report.md").read_text() == "2 records\n", logs
+    assert f"test_grid_post:writes_report: wrote {out}/report.md" in logs
+    assert not os.path.exists("gs:") and not (tmp_path / "gs:").exists()  # nothing folded into a local gs:/ path
