@@ -14,6 +14,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import urllib.error
 import urllib.request
 
 from gcs_server import DENIED, PRIVATE  # noqa: F401 - the buckets that refuse (for the tests)
@@ -37,19 +38,20 @@ def _serving(url: str) -> bool:
 
 
 @contextlib.contextmanager
-def emulator(timeout_s: float = 60.0):
+def emulator(timeout_s: float = 60.0, port: int = 0, directory: str = ""):
     """Start the server, point this process (and every process it starts) at it, yield ``gs://BUCKET``;
-    then stop it and put the environment back."""
+    then stop it and put the environment back. ``directory``: keep the objects on disk there (a server
+    started again on the same ``port`` and ``directory`` has them), not in memory."""
     import fsspec.config
     import gcsfs
-    port = _free_port()
+    port = port or _free_port()
     url = f"http://127.0.0.1:{port}"
     # --quiet and a file for its stderr: it logs every request, and a pipe nobody reads fills after ~64 KB of
     # them and stops the server mid-run (requests then wait forever for an answer)
     log = tempfile.TemporaryFile("w+")
     proc = subprocess.Popen([sys.executable, SERVER, "start", "--host=127.0.0.1", f"--port={port}",
-                             "--in-memory", f"--default-bucket={BUCKET}", "--quiet"],
-                            stdout=subprocess.DEVNULL, stderr=log, text=True)
+                             *([] if directory else ["--in-memory"]), f"--default-bucket={BUCKET}", "--quiet"],
+                            stdout=subprocess.DEVNULL, stderr=log, text=True, cwd=directory or None)
     # gcsfs: STORAGE_EMULATOR_HOST; TensorStore (orbax's array writer): its endpoint and a fixed token, so it
     # looks for no Google credentials; HTTP/1.1, which the emulator serves (not HTTP/2)
     env = {"STORAGE_EMULATOR_HOST": url, "FSSPEC_GS_TOKEN": "anon", "TENSORSTORE_GCS_HTTP_URL": url,
@@ -69,7 +71,11 @@ def emulator(timeout_s: float = 60.0):
         made = urllib.request.Request(f"{url}/storage/v1/b?project=test", method="POST",
                                       data=json.dumps({"name": DENIED}).encode(),
                                       headers={"Content-Type": "application/json"})
-        urllib.request.urlopen(made, timeout=10).close()
+        try:
+            urllib.request.urlopen(made, timeout=10).close()
+        except urllib.error.HTTPError as e:
+            if e.code != 409:  # 409: there already (a server started again on its objects)
+                raise
         os.environ.update(env)
         fsspec.config.conf["gs"] = {**saved_conf, "token": "anon"}
         gcsfs.GCSFileSystem.clear_instance_cache()  # an instance made before would talk to Google

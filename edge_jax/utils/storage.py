@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import contextlib
 import io
+import logging
 import os
 import pathlib
 import re
@@ -23,7 +24,7 @@ def explain(e: BaseException, where: str) -> StorageError | None:
     bucket = str(where).split("://", 1)[-1].split("/", 1)[0]
     text = f"{type(e).__name__}: {e}"
     code = getattr(e, "code", None)
-    if code == 401 or "401" in text.split("\n")[0] or "UNAUTHENTICATED" in text:
+    if code == 401 or "UNAUTHENTICATED" in text:  # gcsfs's HttpError, TensorStore's status
         return StorageError(f"no valid credentials for {where}; run `gcloud auth application-default login`, or "
                             "set GOOGLE_APPLICATION_CREDENTIALS to a service account key (on a TPU VM: its "
                             "service account)")
@@ -74,7 +75,7 @@ def epath(where: str):
         where = os.path.expanduser(where)
     elif where.startswith("gs://"):
         require("gcsfs", f"the gs:// path {where}")
-        uncached_listings()
+        configure_gcsfs()
     from etils import epath as _epath
     return _epath.Path(where)
 
@@ -117,26 +118,39 @@ def is_remote(where) -> bool:
 
 def remote_fs(where: str):
     """``(filesystem, key)`` of a remote path (``bucket/object``), its listings never cached
-    (:func:`uncached_listings`)."""
+    (:func:`configure_gcsfs`)."""
     if where.startswith("gs://"):
         require("gcsfs", f"the gs:// path {where}")
-    uncached_listings()
+    configure_gcsfs()
     import fsspec
     return fsspec.core.url_to_fs(where)
 
 
-def uncached_listings() -> None:
-    """gcsfs keeps each directory listing it makes, by default for good, and answers later questions (does this
-    object exist?) from it: an object another process wrote after this one listed its prefix (a record, a
-    checkpoint step, a shard of another host) would stay invisible. Here every instance is made without that
-    cache (fsspec's configuration, applied to each new instance: orbax's, through etils.epath, included); the
-    instances made before are dropped once."""
+def configure_gcsfs() -> None:
+    """gcsfs as a job of several processes needs it. Listings: gcsfs keeps each directory listing it makes,
+    by default for good, and answers later questions (does this object exist?) from it: an object another
+    process wrote after this one listed its prefix (a record, a checkpoint step, a shard of another host)
+    would stay invisible. Here every instance is made without that cache (fsspec's configuration, applied to
+    each new instance: orbax's, through etils.epath, included); the instances made before are dropped once.
+    Logs: its traceback of a request it gives up on is dropped (:class:`_RaisedAnyway`)."""
     import fsspec.config
     options = fsspec.config.conf.setdefault("gs", {})
     if options.get("use_listings_cache") is not False:
         options["use_listings_cache"] = False
         import gcsfs
         gcsfs.GCSFileSystem.clear_instance_cache()
+    gcsfs_log = logging.getLogger("gcsfs")
+    if not any(isinstance(f, _RaisedAnyway) for f in gcsfs_log.filters):
+        gcsfs_log.addFilter(_RaisedAnyway())
+
+
+class _RaisedAnyway(logging.Filter):
+    """Drops gcsfs's traceback of a request it gives up on (out of retries, or not retried: a 401, a 403): the
+    same exception is raised to the caller, which says it in one line (:func:`explain`) or shows it."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        message = record.getMessage()
+        return not (" out of retries on exception: " in message or " non-retriable exception: " in message)
 
 
 def files_under(directory) -> dict[str, int]:

@@ -164,3 +164,40 @@ def test_a_bucket_workdir_exports_to_hf_on_this_machine(bucket, tmp_path):
     exported = json.loads((tmp_path / "hf" / "config.json").read_text())
     assert exported["num_hidden_layers"] == 2 and exported["hidden_size"] == 64
     assert any(name.endswith("q_proj.weight") for name in Checkpoint(str(tmp_path / "hf")).names())
+
+
+@pytest.mark.slow  # ~3 min: gcsfs retries a request it cannot send for about a minute before it gives up
+def test_a_run_that_loses_the_bucket_stops_in_one_line_and_resumes_from_its_last_committed_step(tmp_path):
+    """The server stops mid-run (after a committed checkpoint, before the next): the run ends with one line
+    naming the object and the fix; with the server back (its objects kept on disk) the rerun resumes from
+    the last committed step and finishes."""
+    from gcs import _free_port, emulator
+    data_dir = os.environ.get("EDGE_JAX_TEST_DATA", str(tmp_path / "data"))
+    port, objects = _free_port(), tmp_path / "objects"
+    objects.mkdir()
+    with emulator(port=port, directory=str(objects)) as root:
+        workdir = f"{root}/lost"
+        args, env = _cli(workdir, 400, data_dir, **{"train.ckpt_every": 50, "train.log_every": 10})
+        proc = subprocess.Popen(args, env=env, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        limit = time.monotonic() + 600
+        while not any(s >= 100 for s in _committed(workdir)):
+            assert proc.poll() is None and time.monotonic() < limit, "no committed step 100"
+            time.sleep(0.2)
+        saved = _committed(workdir)
+    try:
+        _, err = proc.communicate(timeout=600)  # the server is gone
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    last = err.strip().splitlines()[-1]
+    assert proc.returncode == 2, err[-3000:]
+    assert last.startswith(f"edge-jax: error: cannot reach Cloud Storage for {workdir}/"), err[-3000:]
+    assert "rerun the same command (a run resumes from its last committed checkpoint)" in last
+    assert "Traceback" not in err, err[-3000:]
+    with emulator(port=port, directory=str(objects)):
+        kept = _committed(workdir)
+        assert kept[:len(saved)] == saved and max(kept) < 400  # nothing uncommitted listed
+        run = subprocess.run(args, env=env, cwd=REPO, capture_output=True, text=True)
+        assert run.returncode == 0 and "damaged" not in run.stderr, run.stderr[-3000:]
+        assert sorted(_losses(workdir)) == list(range(10, 401, 10))
+        assert max(_committed(workdir)) == 400
