@@ -191,3 +191,38 @@ def test_a_post_hook_writes_into_the_bucket_through_a_local_directory(bucket, tm
     assert rc == 0 and epath(f"{out}/report.md").read_text() == "2 records\n", logs
     assert f"test_grid_post:writes_report: wrote {out}/report.md" in logs
     assert not os.path.exists("gs:") and not (tmp_path / "gs:").exists()  # nothing folded into a local gs:/ path
+
+
+def test_shared_stages_in_a_bucket_train_once_and_resolve_to_bucket_workdirs(bucket):
+    from test_grid_stages import _load
+
+    from edge_jax.grid import runner, spec
+    from edge_jax.utils.storage import epath
+    calls = []
+
+    def train(config, wd):
+        calls.append((config.stage, config.seed, config.init_from))
+        epath(f"{wd}/final_metrics.json").write_text(json.dumps({"score": 1.0}))
+        return {"score": 1.0 + config.seed}
+
+    grid = spec.validate_grid({
+        "name": "g", "title": "t", "base": "cell", "base_overrides": {},
+        "stages": {"base": {"base": "base", "shared": True},
+                   "gate": {"base": "gate", "overrides": {"init_from": "{stage:base}"}}},
+        "cells": {"a": {"init_from": "{stage:base}"}, "b": {"init_from": "{stage:gate}"}},
+        "metric": "score", "lower_is_better": False, "extra_metrics": [],
+        "paper": {"metric": "m", "values": {}, "higher_is_better": True, "source": "s"}, "notes": ""},
+        preset="tiny")
+    out = f"{bucket}/staged/results/g"
+    summary = runner.run_grid(grid, out, runner.plan(grid, 2), train_fn=train, load_config=_load, log=lambda m: None,
+                              allow_dirty=True)
+    assert len(summary.ran) == 4
+    stage_calls = [c for c in calls if c[0] != "cell"]
+    assert [c[:2] for c in stage_calls] == [("base", 0), ("gate", 0), ("gate", 1)]  # base once, gate per seed
+    stages = f"{bucket}/staged/results/_stages"
+    assert stage_calls[1][2].startswith(f"{stages}/base-") and stage_calls[1][2].endswith("seed0")
+    cells = [c for c in calls if c[0] == "cell"]
+    assert cells[1][2].startswith(f"{stages}/gate-") and cells[3][2].endswith("seed1")
+    again = runner.run_grid(grid, out, runner.plan(grid, 2), train_fn=train, load_config=_load, log=lambda m: None,
+                              allow_dirty=True)
+    assert len(again.skipped) == 4 and len(calls) == 7  # records and stages found in the bucket: nothing again
