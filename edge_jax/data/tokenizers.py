@@ -32,6 +32,7 @@ from edge_jax.data.errors import DataError
 from edge_jax.data.sources import data_dir_default, resolve, resolve_cfg
 from edge_jax.distributed import prepared
 from edge_jax.utils.atomic import write_bytes_atomic
+from edge_jax.utils.storage import epath, is_remote
 
 # Training input cap: a deterministic subsample of at most this many characters. BPE training
 # on 5M characters takes a few seconds on 2 CPU cores and is byte-for-byte reproducible.
@@ -41,9 +42,13 @@ _SPM_CHUNK_LINES = 8  # training "sentences" are chunks of 8 lines, so "\n" is s
 _SPECS = "byte, spm:<vocab_size>, spm_file:<path.model>, hf:<path/tokenizer.json>"
 
 
+def _read(path: str) -> bytes:
+    """A tokenizer file's bytes, on a disk or in a bucket (an imported base's, in its workdir)."""
+    return epath(path).read_bytes()
+
+
 def _file_hash(path: str) -> str:
-    with open(path, "rb") as f:
-        return hashlib.sha1(f.read()).hexdigest()[:8]
+    return hashlib.sha1(_read(path)).hexdigest()[:8]
 
 
 def _safe(stem: str) -> str:
@@ -76,7 +81,7 @@ class SpmTokenizer:
         import sentencepiece as spm
 
         self.path = model_path
-        self.sp = spm.SentencePieceProcessor(model_file=model_path)
+        self.sp = spm.SentencePieceProcessor(model_proto=_read(model_path))
         self.vocab_size = int(self.sp.get_piece_size())
         self.eos_id = int(self.sp.eos_id())
         if self.eos_id < 0:
@@ -108,7 +113,7 @@ class HfTokenizer:
         from tokenizers import Tokenizer
 
         self.path = path
-        self.tok = Tokenizer.from_file(path)
+        self.tok = Tokenizer.from_str(_read(path).decode("utf-8"))
         vocab = self.tok.get_vocab(with_added_tokens=True)
         self.vocab_size = int(self.tok.get_vocab_size(with_added_tokens=True))
         eos = next((vocab[t] for t in _EOS_NAMES if t in vocab), None)
@@ -117,7 +122,7 @@ class HfTokenizer:
                             "add one as a special token, or use tokenizer spec 'byte' or 'spm:<V>'")
         self.eos_id = int(eos)
         self.pad_id = int(next((vocab[t] for t in _PAD_NAMES if t in vocab), eos))
-        stem = os.path.basename(os.path.dirname(os.path.abspath(path))) or "tok"
+        stem = os.path.basename(os.path.dirname(path if is_remote(path) else os.path.abspath(path))) or "tok"
         self.name = f"hf-{_safe(stem)}-{_file_hash(path)}"
 
     def encode(self, text: str) -> list[int]:
@@ -199,8 +204,8 @@ def _trained_spm(vocab: str, dataset: str, data_dir: str) -> SpmTokenizer:
 
 
 def _existing_file(path: str, what: str) -> str:
-    path = os.path.expanduser(path)
-    if not os.path.isfile(path):
+    path = path if is_remote(path) else os.path.expanduser(path)
+    if not (epath(path).is_file() if is_remote(path) else os.path.isfile(path)):
         raise DataError(f"{what} file not found: {path}; pass an existing file, or use tokenizer "
                         "spec 'byte' or 'spm:<vocab_size>' to build one from the dataset")
     return path

@@ -6,7 +6,9 @@ W gets ``config.json`` (the full edge_jax config: the family's ``model.*`` keys,
 and ``checkpoints/0`` holding the params only. Everything is checked first (config, names, shapes,
 dtypes, file lengths), then tensors are read and written one at a time
 (:mod:`edge_jax.hf.lazy_save`), into a temporary directory renamed to W at the end: a failed import
-leaves nothing behind.
+leaves nothing behind. In a bucket (``gs://``, no rename) the files are written locally and uploaded at the
+end, ``config.json`` last, and the checkpoint is committed in place: a failed import leaves at most a prefix
+without ``config.json``, which no reader takes for a workdir.
 
 The params keep the checkpoint's dtype (bfloat16 stays bfloat16, bit for bit; float16 is widened to
 float32, exactly). Without tokenizer files the model reads the built-in data with the byte tokenizer,
@@ -14,10 +16,13 @@ if its vocabulary has room for it.
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import os
 import shutil
+import tempfile
+from typing import Iterator
 
 import ml_collections
 import numpy as np
@@ -29,7 +34,8 @@ from edge_jax.interop.convert import check_names, import_tensor, model_config_fr
 from edge_jax.interop.family import Unsupported
 from edge_jax.interop.safetensors_io import Checkpoint
 from edge_jax.utils.args import new_output_dir
-from edge_jax.utils.atomic import atomic_dir, write_json_atomic
+from edge_jax.utils.atomic import atomic_dir, write_bytes_atomic, write_json_atomic
+from edge_jax.utils.storage import files_under, is_remote
 
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "tokenizer.model",
                    "generation_config.json", "vocab.json", "merges.txt", "added_tokens.json")
@@ -153,7 +159,8 @@ def import_checkpoint(src: str, workdir: str, say=print) -> dict:
     """Import ``src`` into the new workdir ``workdir``; returns what ``hf_source.json`` records."""
     from edge_jax.hf.lazy_save import Lazy, save_params
 
-    final = str(new_output_dir(os.path.abspath(os.path.expanduser(workdir)), "--workdir"))
+    final = str(new_output_dir(workdir if is_remote(workdir) else os.path.abspath(os.path.expanduser(workdir)),
+                               "--workdir"))
     directory, family, cfg, entries, ckpt, hf_config = plan(src)
     shapes = param_shapes(cfg)
     mapped = {t.ours for t in entries}
@@ -170,8 +177,7 @@ def import_checkpoint(src: str, workdir: str, say=print) -> dict:
                     lambda: import_tensor(t, ckpt.read).astype(want.dtype, copy=False))
 
     params = unflatten({t.ours: lazy(t) for t in entries}, "/")
-    with atomic_dir(final, "importing") as tmp:
-        tmp = str(tmp)
+    with _new_workdir(final) as (tmp, checkpoints):
         os.makedirs(os.path.join(tmp, HF_DIR))
         for name in TOKENIZER_FILES + ("config.json",):
             if os.path.exists(os.path.join(directory, name)):
@@ -182,10 +188,27 @@ def import_checkpoint(src: str, workdir: str, say=print) -> dict:
                   "directory": os.path.abspath(directory), "family": family,
                   "model_type": hf_config.get("model_type"), "dtype": cfg.param_dtype,
                   "params": int(sum(np.prod(s.shape) for s in shapes.values())), "tensors": len(ckpt.names())}
-        save_params(os.path.join(tmp, "checkpoints"), 0, params)
+        save_params(checkpoints, 0, params)
         _write_tokenizer_record(tmp, final, tokenizer, config)
         write_json_atomic(os.path.join(tmp, SOURCE), record)
     return record
+
+
+@contextlib.contextmanager
+def _new_workdir(final: str) -> Iterator[tuple[str, str]]:
+    """``(directory, checkpoints)`` to write the workdir ``final`` in: on a disk a temporary directory renamed to
+    ``final`` at the end (and its ``checkpoints``); in a bucket, which has no rename, a local temporary
+    directory uploaded at the end, ``config.json`` last (what a reader of a workdir reads first), and the
+    checkpoint written in place (orbax commits a step in a bucket itself)."""
+    if not is_remote(final):
+        with atomic_dir(final, "importing") as tmp:
+            yield str(tmp), os.path.join(str(tmp), "checkpoints")
+        return
+    with tempfile.TemporaryDirectory(prefix="edge-jax-import-") as tmp:
+        yield tmp, f"{final}/checkpoints"
+        for name in sorted(files_under(tmp), key=lambda rel: rel == "config.json"):
+            with open(os.path.join(tmp, name), "rb") as f:
+                write_bytes_atomic(f"{final}/{name}", f.read())
 
 
 def _write_tokenizer_record(tmp: str, final: str, tokenizer: str, config) -> None:

@@ -71,7 +71,7 @@ def save_params(directory: str, step: int, params: dict) -> None:
     """Write ``{"params": params}`` (leaves :class:`Lazy` or arrays) as step ``step`` of the checkpoint
     directory ``directory``, checksummed, synchronously."""
     options = ocp.CheckpointManagerOptions(create=True, enable_async_checkpointing=False,
-                                           temporary_path_class=checksums.ChecksummedRename)
+                                           temporary_path_class=checksums.commit_class(directory))
     handler = ocp.PyTreeCheckpointHandler(type_handler_registry=_registry())
     with ocp.CheckpointManager(directory, options=options, item_handlers={"state": handler}) as mgr:
         mgr.save(step, args=ocp.args.Composite(state=ocp.args.PyTreeSave({"params": params})))

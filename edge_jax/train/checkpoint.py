@@ -77,11 +77,10 @@ class Checkpointer:
     def __init__(self, directory: str, keep: int, every: int, verified: bool = True, background: bool = True):
         self.directory = directory if is_remote(directory) else os.path.abspath(directory)
         self.verified = verified
-        commit = checksums.ChecksummedCommit if is_remote(directory) else checksums.ChecksummedRename
+        commit = checksums.commit_class(directory) if verified else None
         options = ocp.CheckpointManagerOptions(max_to_keep=keep, save_interval_steps=max(every, 1),
                                                create=True, cleanup_tmp_directories=True,
-                                               enable_async_checkpointing=background,
-                                               temporary_path_class=commit if verified else None)
+                                               enable_async_checkpointing=background, temporary_path_class=commit)
         self._mgr = ocp.CheckpointManager(self.directory, options=options, item_names=("state", "data", "health"))
         self._failed: BaseException | None = None  # the error a save met (full disk, a bucket refusing; said once)
         if not any(isinstance(f, _QuietDiskFull) for f in logging.getLogger("absl").filters):

@@ -136,3 +136,9 @@ class ChecksummedCommit(atomicity.CommitFileTemporaryPath):
         if self.get().name.isdigit():
             await asyncio.to_thread(write, str(self.get()))
         return await super().finalize(*args, **kwargs)
+
+
+def commit_class(directory: str):
+    """The class orbax commits a step of ``directory`` with, its checksums written first: a rename on a disk,
+    a commit file in a bucket."""
+    return ChecksummedCommit if is_remote(directory) else ChecksummedRename

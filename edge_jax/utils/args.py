@@ -82,7 +82,12 @@ def ratio(text: str) -> float:
 
 def output_dir(path: str | os.PathLike, flag: str) -> Path:
     """``path`` as a directory this process may write into: an existing writable directory, or one
-    that can be made (its nearest existing parent is a writable directory). Nothing is created."""
+    that can be made (its nearest existing parent is a writable directory). Nothing is created. A bucket's
+    (``gs://``): the bucket exists and this account may list it (:func:`edge_jax.utils.storage.ensure_usable`)."""
+    from edge_jax.utils import storage
+    if storage.is_remote(path):
+        storage.ensure_usable(str(path))
+        return storage.path(path)
     p = Path(path)
     if p.exists() and not p.is_dir():
         raise PathArgError(f"{flag} {str(path)!r} is a file, not a directory; give a directory path")
@@ -92,7 +97,8 @@ def output_dir(path: str | os.PathLike, flag: str) -> Path:
 
 def new_output_dir(path: str | os.PathLike, flag: str) -> Path:
     """:func:`output_dir` that must not hold anything yet (absent or empty): a command writing a whole
-    directory (an import, an export) never mixes its files with another run's."""
+    directory (an import, an export) never mixes its files with another run's (in a bucket: no object
+    under the prefix)."""
     p = output_dir(path, flag)
     if p.is_dir() and any(p.iterdir()):
         raise PathArgError(f"{flag} {str(path)!r} already exists and is not empty (it may hold another run); "
