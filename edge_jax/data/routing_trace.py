@@ -45,6 +45,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import io
 import json
 import os
 import zipfile
@@ -56,6 +57,7 @@ from typing import Any
 import numpy as np
 
 from edge_jax.data.errors import DataError
+from edge_jax.utils import storage
 from edge_jax.utils.atomic import atomic_open
 
 FORMAT_VERSION = 1
@@ -182,12 +184,13 @@ def write_trace(path: str | os.PathLike, trace: RoutingTrace, *, compress: bool 
     save = np.savez_compressed if compress else np.savez
     with atomic_open(path, "wb") as f:
         save(f, header=np.array(json.dumps(header, allow_nan=False)), **arrays)
-    return Path(path)
+    return storage.path(path)
 
 
 def read_trace(path: str | os.PathLike) -> RoutingTrace:
-    """Load and check a trace written by :func:`write_trace`; any problem is a one-line TraceError."""
-    path = Path(path)
+    """Load and check a trace written by :func:`write_trace` (on a disk or in a bucket); any problem is a
+    one-line TraceError."""
+    path = storage.path(path)
     if not path.exists():
         _fail(f"routing trace {path} not found; {RECORD_HINT}")
     if path.is_dir():
@@ -206,7 +209,7 @@ def read_trace(path: str | os.PathLike) -> RoutingTrace:
 
 def _load(path: Path) -> RoutingTrace:
     redo = "the file is corrupt, re-record it with `edge-jax moe trace`"
-    z = np.load(path, allow_pickle=False)
+    z = np.load(io.BytesIO(path.read_bytes()) if storage.is_remote(path) else path, allow_pickle=False)
     if isinstance(z, np.ndarray):
         _fail(f"not a routing trace (a single .npy array, not a .npz); {RECORD_HINT}")
     with z:

@@ -130,3 +130,19 @@ def test_batched_window_reads_from_a_bucket_equal_the_local_shards(bucket, tmp_p
     np.testing.assert_array_equal(got, np.stack([remote[s:s + 257] for s in starts]))  # one range at a time
     with pytest.raises(Exception, match="outside the 8011 tokens"):
         remote.windows([8000], 20)
+
+
+def test_a_routing_trace_in_a_bucket_round_trips_and_a_missing_one_is_one_line(bucket):
+    import dataclasses
+
+    from edge_jax.data.routing_trace import TraceError, read_trace, write_trace
+    from edge_jax.papers.expert_cache.synthetic import synthetic_routing
+    trace = synthetic_routing(n_tokens=200, n_layers=2, n_experts=8, top_k=2, seed=3, vocab=40, d_embed=4)
+    path = write_trace(f"{bucket}/traces/t.npz", trace, compress=True)
+    assert str(path) == f"{bucket}/traces/t.npz"
+    back = read_trace(f"{bucket}/traces/t.npz")
+    for field in dataclasses.fields(trace):
+        a, b = getattr(trace, field.name), getattr(back, field.name)
+        assert np.array_equal(a, b) if isinstance(a, np.ndarray) else a == b, field.name
+    with pytest.raises(TraceError, match=f"routing trace {bucket}/traces/none.npz not found"):
+        read_trace(f"{bucket}/traces/none.npz")
