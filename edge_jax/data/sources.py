@@ -54,6 +54,18 @@ def data_dir_default() -> str:
     return os.environ.get("EDGE_JAX_DATA") or os.path.join(os.path.expanduser("~"), ".cache", "edge_jax")
 
 
+def local_data_dir(path: str) -> str:
+    """``path``, the data directory (``EDGE_JAX_DATA``, ``data.data_dir``), which must be on a local disk: the
+    built-in and ``tfds:`` datasets are prepared there by TFDS, whose array_record writer opens local files
+    only. A bucket's is a one-line DataError naming what goes in a bucket instead."""
+    if "://" in str(path):
+        raise DataError(f"the data directory {path} (EDGE_JAX_DATA or data.data_dir) cannot be in a bucket: TFDS "
+                        "prepares the built-in datasets there with local files; keep it on a local disk (each host "
+                        "prepares its own copy) and put corpora and token shards in the bucket instead "
+                        "(data.name=parquet:gs://..., data.tokens_dir=gs://...)")
+    return path
+
+
 def _safe(text: str, limit: int = 100) -> str:
     out = re.sub(r"[^A-Za-z0-9_.=-]+", "_", text)
     if len(out) > limit:
@@ -305,7 +317,7 @@ def _combined(parts: list[Source]) -> Source:
 def resolve(name: str, data_dir: str = "", *, text_key: str = "text", facts_entities: int = 2000,
             longctx_length: int = 4096, longctx_examples: int = 200) -> Source:
     """The Source for a data.name (see module docstring); DataError for unknown names."""
-    data_dir = data_dir or data_dir_default()
+    data_dir = local_data_dir(data_dir or data_dir_default())
     name = (name or "").strip()
     if "+" in name:
         parts = []

@@ -29,7 +29,7 @@ from typing import Iterable
 import numpy as np
 
 from edge_jax.data.errors import DataError
-from edge_jax.data.sources import data_dir_default, resolve, resolve_cfg
+from edge_jax.data.sources import data_dir_default, local_data_dir, resolve, resolve_cfg
 from edge_jax.distributed import prepared
 from edge_jax.utils.atomic import write_bytes_atomic
 from edge_jax.utils.storage import epath, is_remote
@@ -217,7 +217,7 @@ def get_tokenizer(spec: str, dataset, data_dir: str = ""):
     dataset with default parameters (facts_entities=2000, longctx 4096 x 200, text_key 'text'),
     so one vocabulary serves a whole sweep over facts/longctx sizes; pass the data config
     itself instead to train on exactly its dataset (e.g. a tfds: dataset with another text_key)."""
-    data_dir = data_dir or data_dir_default()
+    data_dir = local_data_dir(data_dir or data_dir_default())
     spec = (spec or "").strip()
     kind, _, arg = spec.partition(":")
     if spec == "byte":

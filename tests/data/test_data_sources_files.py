@@ -113,3 +113,13 @@ def test_mixture_and_the_pipeline_read_them(tmp_path):
     tok = get_tokenizer("byte", name, data.data_dir)
     batches = make_eval_batches(data, tok)
     assert batches and np.asarray(batches[0]["inputs"]).shape == (2, 16)
+
+
+def test_a_data_directory_in_a_bucket_is_one_line_naming_what_goes_there(monkeypatch):
+    from edge_jax.data import DataError, get_tokenizer, resolve
+    with pytest.raises(DataError, match=r"^the data directory gs://b/data \(EDGE_JAX_DATA or data.data_dir\) "
+                                        r"cannot be in a bucket: .*data.tokens_dir=gs://\.\.\.\)$"):
+        resolve("pystdlib", "gs://b/data")
+    monkeypatch.setenv("EDGE_JAX_DATA", "gs://b/data")
+    with pytest.raises(DataError, match="cannot be in a bucket"):
+        get_tokenizer("byte", "pystdlib")
