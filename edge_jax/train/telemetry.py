@@ -18,13 +18,16 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 import sys
+import tempfile
 
 import jax
 
 from edge_jax import distributed
 from edge_jax.errors import one_line
-from edge_jax.utils.atomic import write_json_atomic
+from edge_jax.utils.atomic import write_bytes_atomic, write_json_atomic
+from edge_jax.utils.storage import files_under, is_remote
 
 # CompileStats' names (edge_jax.compile.aot) for memory_analysis()'s fields, in the order printed
 MEMORY_FIELDS = {"argument_bytes": "argument_size_in_bytes", "output_bytes": "output_size_in_bytes",
@@ -116,6 +119,7 @@ class StepProfiler:
         self.end = end if last_step is None else min(end, int(last_step) + 1)  # the first step not traced
         self.traced: list[int] = []   # the steps the trace holds (written when it stops)
         self._tracing = False
+        self._local: str | None = None   # where a bucket's trace is written before it is uploaded
 
     def __enter__(self) -> StepProfiler:
         return self
@@ -133,10 +137,12 @@ class StepProfiler:
             yield
             return
         if not self._tracing:
-            os.makedirs(self.directory, exist_ok=True)
-            # perfetto_trace.json.gz: the host's trace.json.gz without what ui.perfetto.dev refuses (a
-            # local file; JAX writes it with pathlib)
-            jax.profiler.start_trace(self.directory, create_perfetto_trace="://" not in self.directory)
+            # a bucket's trace is written into a local directory and uploaded when it stops (JAX writes
+            # perfetto_trace.json.gz with pathlib, and its profiler's own file calls are local ones)
+            self._local = tempfile.mkdtemp(prefix="edge-jax-profile-") if is_remote(self.directory) else None
+            os.makedirs(self._local or self.directory, exist_ok=True)
+            # perfetto_trace.json.gz: the host's trace.json.gz without what ui.perfetto.dev refuses
+            jax.profiler.start_trace(self._local or self.directory, create_perfetto_trace=True)
             self._tracing = True
         with jax.profiler.StepTraceAnnotation(self.name, step_num=step):
             yield
@@ -157,10 +163,17 @@ class StepProfiler:
         self._tracing = False
         try:
             jax.profiler.stop_trace()
+            if self._local:
+                for name in sorted(files_under(self._local)):
+                    with open(os.path.join(self._local, name), "rb") as f:
+                        write_bytes_atomic(f"{self.directory}/{name}", f.read())
         except Exception as e:  # noqa: BLE001 - the profile is a diagnostic: the run goes on without it
             print(f"warning: the profile of steps {self._steps()} was not written to {self.directory} "
                   f"({type(e).__name__}: {one_line(e)})", file=sys.stderr, flush=True)
             return
+        finally:
+            if self._local:
+                shutil.rmtree(self._local, ignore_errors=True)
         if distributed.is_lead():
             where = os.path.dirname(self.directory) if distributed.process_count() > 1 else self.directory
             print(f"profile of steps {self._steps()} written to {where} (open it with tensorboard --logdir "

@@ -152,15 +152,18 @@ def test_two_processes_train_into_a_bucket_and_resume_as_on_disk(bucket, tmp_pat
     assert sorted(b) == list(range(1, 9)) and [a[s] for s in sorted(a)] == [b[s] for s in sorted(b)]
 
 
-def test_a_bucket_workdir_evaluates_and_exports_to_hf_on_this_machine(bucket, tmp_path):
-    """A pod's run, trained into a bucket, evaluated and exported from there (``edge-jax eval`` / ``hf export
-    --workdir gs://...``)."""
+def test_a_bucket_workdir_profiles_evaluates_and_exports_to_hf_on_this_machine(bucket, tmp_path):
+    """A pod's run, trained into a bucket with a profiled step, evaluated and exported from there (``edge-jax
+    eval`` / ``hf export --workdir gs://...``)."""
     from edge_jax.cli import main
     from edge_jax.interop.safetensors_io import Checkpoint
     workdir = f"{bucket}/to-export"
     args, env = _cli(workdir, 3, os.environ.get("EDGE_JAX_TEST_DATA", str(tmp_path / "data")),
-                     **{"train.ckpt_every": 3})
+                     **{"train.ckpt_every": 3, "train.profile_start": 2, "train.profile_steps": 1})
     subprocess.run(args, env=env, cwd=REPO, check=True, capture_output=True)
+    from edge_jax.utils.storage import files_under
+    traced = [rel for rel in files_under(f"{workdir}/profile") if rel.endswith(".xplane.pb")]
+    assert traced and traced[0].startswith("plugins/profile/")  # the trace, uploaded when it stopped
     scored = subprocess.run([sys.executable, "-m", "edge_jax.cli", "eval", "--workdir", workdir, "--batches", "2"],
                             env=env, cwd=REPO, capture_output=True, text=True)
     assert scored.returncode == 0 and "step=3 batches=2" in scored.stdout, scored.stderr[-2000:]
