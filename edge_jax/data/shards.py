@@ -236,16 +236,22 @@ class TokenShards:
         return merged
 
     def _fetch(self, plan: list[tuple[int, int, int]]) -> list[np.ndarray]:
-        """The token arrays of the reads of ``plan``: a bucket's all at once (fsspec's ``cat_ranges``, as
-        concurrent requests), a disk's one ``pread`` each."""
-        if not plan or "://" not in self.files[plan[0][0]]:
-            return [self._read(i, offset, n) for i, offset, n in plan]
-        size = self.dtype.itemsize
-        fs, _ = remote_fs(self.files[plan[0][0]])
-        paths = [self.files[i] for i, _, _ in plan]
-        found = fs.cat_ranges(paths, [o * size for _, o, _ in plan], [(o + n) * size for _, o, n in plan],
-                              on_error="return")
-        return [self._checked(path, data, n) for path, data, (_, _, n) in zip(paths, found, plan)]
+        """The token arrays of the reads of ``plan``: a disk's one ``pread`` each, a bucket's all at once
+        (fsspec's ``cat_ranges``, as concurrent requests; a mixture may have parts in both)."""
+        out: list = [None] * len(plan)
+        remote = [k for k, (i, _, _) in enumerate(plan) if "://" in self.files[i]]
+        for k, (i, offset, n) in enumerate(plan):
+            if "://" not in self.files[i]:
+                out[k] = self._read(i, offset, n)
+        if remote:
+            size = self.dtype.itemsize
+            paths = [self.files[plan[k][0]] for k in remote]
+            fs, _ = remote_fs(paths[0])
+            found = fs.cat_ranges(paths, [plan[k][1] * size for k in remote],
+                                  [(plan[k][1] + plan[k][2]) * size for k in remote], on_error="return")
+            for k, path, data in zip(remote, paths, found):
+                out[k] = self._checked(path, data, plan[k][2])
+        return out
 
     def _read(self, i: int, offset: int, n: int) -> np.ndarray:
         """``n`` tokens of shard ``i`` from its token ``offset``: one ``pread``, or one ranged request."""

@@ -130,6 +130,11 @@ def test_batched_window_reads_from_a_bucket_equal_the_local_shards(bucket, tmp_p
     np.testing.assert_array_equal(got, np.stack([remote[s:s + 257] for s in starts]))  # one range at a time
     with pytest.raises(Exception, match="outside the 8011 tokens"):
         remote.windows([8000], 20)
+    mixed = TokenShards([str(local), f"{bucket}/batched"])  # a mixture: one part on disk, one in the bucket
+    starts = np.concatenate([starts, starts + len(flat) - 257, [len(flat) - 100]])  # both parts, and across
+    np.testing.assert_array_equal(mixed.windows(starts, 257), np.stack([mixed[s:s + 257] for s in starts]))
+    both = np.concatenate([flat, flat])
+    np.testing.assert_array_equal(mixed.windows(starts, 257), both[starts[:, None] + np.arange(257)])
 
 
 def test_a_routing_trace_in_a_bucket_round_trips_and_a_missing_one_is_one_line(bucket):
