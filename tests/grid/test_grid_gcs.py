@@ -194,9 +194,9 @@ def test_a_post_hook_writes_into_the_bucket_through_a_local_directory(bucket, tm
 
 
 def test_shared_stages_in_a_bucket_train_once_and_resolve_to_bucket_workdirs(bucket):
-    from test_grid_stages import _load
+    from test_grid_stages import _load, staged_grid
 
-    from edge_jax.grid import runner, spec
+    from edge_jax.grid import runner
     from edge_jax.utils.storage import epath
     calls = []
 
@@ -205,14 +205,7 @@ def test_shared_stages_in_a_bucket_train_once_and_resolve_to_bucket_workdirs(buc
         epath(f"{wd}/final_metrics.json").write_text(json.dumps({"score": 1.0}))
         return {"score": 1.0 + config.seed}
 
-    grid = spec.validate_grid({
-        "name": "g", "title": "t", "base": "cell", "base_overrides": {},
-        "stages": {"base": {"base": "base", "shared": True},
-                   "gate": {"base": "gate", "overrides": {"init_from": "{stage:base}"}}},
-        "cells": {"a": {"init_from": "{stage:base}"}, "b": {"init_from": "{stage:gate}"}},
-        "metric": "score", "lower_is_better": False, "extra_metrics": [],
-        "paper": {"metric": "m", "values": {}, "higher_is_better": True, "source": "s"}, "notes": ""},
-        preset="tiny")
+    grid = staged_grid()
     out = f"{bucket}/staged/results/g"
     summary = runner.run_grid(grid, out, runner.plan(grid, 2), train_fn=train, load_config=_load, log=lambda m: None,
                               allow_dirty=True)

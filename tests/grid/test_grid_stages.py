@@ -18,6 +18,18 @@ def _load(base, overrides):
     return c
 
 
+def staged_grid():
+    """A grid of two cells on two stages: ``base`` (shared by the seeds) and ``gate`` (per seed, from base)."""
+    return spec.validate_grid({
+        "name": "g", "title": "t", "base": "cell", "base_overrides": {},
+        "stages": {"base": {"base": "base", "shared": True},
+                   "gate": {"base": "gate", "overrides": {"init_from": "{stage:base}"}}},
+        "cells": {"a": {"init_from": "{stage:base}"}, "b": {"init_from": "{stage:gate}"}},
+        "metric": "score", "lower_is_better": False, "extra_metrics": [],
+        "paper": {"metric": "m", "values": {}, "higher_is_better": True, "source": "s"}, "notes": ""},
+        preset="tiny")
+
+
 def test_stages_train_once_and_resolve(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     calls = []
@@ -27,14 +39,7 @@ def test_stages_train_once_and_resolve(tmp_path, monkeypatch):
         (tmp_path / wd / "final_metrics.json").write_text(json.dumps({"score": 1.0}))
         return {"score": 1.0 + config.seed}
 
-    grid = spec.validate_grid({
-        "name": "g", "title": "t", "base": "cell", "base_overrides": {},
-        "stages": {"base": {"base": "base", "shared": True},
-                   "gate": {"base": "gate", "overrides": {"init_from": "{stage:base}"}}},
-        "cells": {"a": {"init_from": "{stage:base}"}, "b": {"init_from": "{stage:gate}"}},
-        "metric": "score", "lower_is_better": False, "extra_metrics": [],
-        "paper": {"metric": "m", "values": {}, "higher_is_better": True, "source": "s"}, "notes": ""},
-        preset="tiny")
+    grid = staged_grid()
     out = tmp_path / "results" / "g"
     summary = runner.run_grid(grid, out, runner.plan(grid, 2), train_fn=train, load_config=_load, log=lambda m: None)
     assert len(summary.ran) == 4
