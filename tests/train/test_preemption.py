@@ -79,6 +79,10 @@ def test_ctrl_c_saves_the_next_step_exits_130_in_one_line_and_a_rerun_resumes(tm
 
 SECOND_CTRL_C = """
 import os, signal, time
+# a terminal's process: SIGINT delivered and raising KeyboardInterrupt (a test worker's children inherit its
+# signal mask and ignored signals; CI's worker had SIGINT blocked by then)
+signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+signal.signal(signal.SIGINT, signal.default_int_handler)
 from edge_jax.train.preemption import PreemptionWatch
 before = signal.getsignal(signal.SIGINT)
 with PreemptionWatch() as watch:
@@ -97,8 +101,8 @@ print("ok")
 
 
 def test_a_second_ctrl_c_interrupts_at_once():
-    """In a fresh interpreter: the signal state of a test worker is whatever its earlier tests left (in CI the
-    first SIGINT's handler once never ran there, even after 10 s)."""
+    """In a fresh interpreter with SIGINT as a terminal gives it: in CI the test worker's SIGINT was blocked by
+    the time this test ran (its first SIGINT's handler never ran, even after 10 s)."""
     run = subprocess.run([sys.executable, "-c", SECOND_CTRL_C], capture_output=True, text=True, timeout=120)
     assert run.returncode == 0 and run.stdout.strip().endswith("ok"), run.stderr[-2000:]
 
