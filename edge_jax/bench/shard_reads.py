@@ -22,8 +22,8 @@ import time
 
 import numpy as np
 
-from edge_jax.utils.atomic import write_bytes_atomic, write_text_atomic
-from edge_jax.utils.storage import epath, files_under, is_remote
+from edge_jax.utils.atomic import copy_tree_atomic
+from edge_jax.utils.storage import epath, is_remote
 
 
 def _say(line: str) -> None:
@@ -55,10 +55,7 @@ def copy_to(local: str, place: str) -> str:
     if there.exists() and there.read_text() == manifest:
         return target
     _say(f"copying {local} to {target}")
-    for name in sorted(files_under(local)):
-        if name != "manifest.json":
-            write_bytes_atomic(f"{target}/{name}", (epath(local) / name).read_bytes())
-    write_text_atomic(f"{target}/manifest.json", manifest)  # last: a copy cut short is copied again
+    copy_tree_atomic(local, target, last=("manifest.json",))  # a copy cut short has no manifest: copied again
     return target
 
 

@@ -23,7 +23,7 @@ from typing import Callable, Iterable
 from edge_jax.errors import UserError
 from edge_jax.grid import spec
 from edge_jax.utils import storage
-from edge_jax.utils.atomic import write_bytes_atomic
+from edge_jax.utils.atomic import copy_tree_atomic
 
 
 class PostCannotRun(UserError):
@@ -56,8 +56,7 @@ def run_post(grid, records: list[dict], out: str | Path, log: Callable[[str], No
     if storage.is_remote(out):  # hooks write files: into a local directory, uploaded once they are done
         with tempfile.TemporaryDirectory(prefix="edge-jax-post-") as local:
             written = run_post(grid, records, Path(local), lambda line: log(line.replace(local, str(out))))
-            for path in written:
-                write_bytes_atomic(f"{out}/{os.path.relpath(path, local)}", Path(path).read_bytes())
+            copy_tree_atomic(local, out)
             return [storage.path(f"{out}/{os.path.relpath(path, local)}") for path in written]
     try:
         written = [Path(p) for p in hook(grid, records, out)]

@@ -34,8 +34,8 @@ from edge_jax.interop.convert import check_names, import_tensor, model_config_fr
 from edge_jax.interop.family import Unsupported
 from edge_jax.interop.safetensors_io import Checkpoint
 from edge_jax.utils.args import new_output_dir
-from edge_jax.utils.atomic import atomic_dir, write_bytes_atomic, write_json_atomic
-from edge_jax.utils.storage import files_under, is_remote
+from edge_jax.utils.atomic import atomic_dir, copy_tree_atomic, write_json_atomic
+from edge_jax.utils.storage import is_remote
 
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "tokenizer.model",
                    "generation_config.json", "vocab.json", "merges.txt", "added_tokens.json")
@@ -206,9 +206,7 @@ def _new_workdir(final: str) -> Iterator[tuple[str, str]]:
         return
     with tempfile.TemporaryDirectory(prefix="edge-jax-import-") as tmp:
         yield tmp, f"{final}/checkpoints"
-        for name in sorted(files_under(tmp), key=lambda rel: rel == "config.json"):
-            with open(os.path.join(tmp, name), "rb") as f:
-                write_bytes_atomic(f"{final}/{name}", f.read())
+        copy_tree_atomic(tmp, final, last=("config.json",))
 
 
 def _write_tokenizer_record(tmp: str, final: str, tokenizer: str, config) -> None:

@@ -26,8 +26,8 @@ import jax
 
 from edge_jax import distributed
 from edge_jax.errors import one_line
-from edge_jax.utils.atomic import write_bytes_atomic, write_json_atomic
-from edge_jax.utils.storage import files_under, is_remote
+from edge_jax.utils.atomic import copy_tree_atomic, write_json_atomic
+from edge_jax.utils.storage import is_remote
 
 # CompileStats' names (edge_jax.compile.aot) for memory_analysis()'s fields, in the order printed
 MEMORY_FIELDS = {"argument_bytes": "argument_size_in_bytes", "output_bytes": "output_size_in_bytes",
@@ -164,9 +164,7 @@ class StepProfiler:
         try:
             jax.profiler.stop_trace()
             if self._local:
-                for name in sorted(files_under(self._local)):
-                    with open(os.path.join(self._local, name), "rb") as f:
-                        write_bytes_atomic(f"{self.directory}/{name}", f.read())
+                copy_tree_atomic(self._local, self.directory)
         except Exception as e:  # noqa: BLE001 - the profile is a diagnostic: the run goes on without it
             print(f"warning: the profile of steps {self._steps()} was not written to {self.directory} "
                   f"({type(e).__name__}: {one_line(e)})", file=sys.stderr, flush=True)

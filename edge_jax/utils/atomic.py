@@ -29,6 +29,7 @@ from edge_jax.utils.storage import published
 __all__ = [
     "atomic_dir",
     "atomic_open",
+    "copy_tree_atomic",
     "write_bytes_atomic",
     "write_text_atomic",
     "write_json_atomic",
@@ -114,6 +115,18 @@ def atomic_dir(path: str | os.PathLike, tag: str = "writing") -> Iterator[Path]:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     _fsync_dir(target.parent)
+
+
+def copy_tree_atomic(source: str | os.PathLike, target: str | os.PathLike, last: tuple[str, ...] = ()) -> list[str]:
+    """Copy every file below the local directory ``source`` to ``target`` (a directory or a bucket prefix),
+    each one written atomically, the files named in ``last`` after all the others (a manifest, a config that
+    readers look for first). Returns the copied paths, relative to ``source``."""
+    from edge_jax.utils.storage import files_under
+    names = sorted(files_under(source), key=lambda rel: rel in last)
+    for rel in names:
+        with open(os.path.join(source, rel), "rb") as f:
+            write_bytes_atomic(f"{str(target).rstrip('/')}/{rel}", f.read())
+    return names
 
 
 def write_bytes_atomic(path: str | os.PathLike, data: bytes) -> None:
